@@ -1,0 +1,246 @@
+//! The control API over HTTP/1.1 (hyper 1): durable GETs over artifacts; live routes proxy to the
+//! run's supervisor. Binds loopback only. Every error is `{ok:false, detail}` with a 4xx for bad input;
+//! a 500 means a bug or an unreadable disk, never a malformed request.
+//!
+//! The API never mutates run state itself: it reads files, and live verbs go to the supervisor.
+
+pub mod durable;
+pub mod guard;
+pub mod routes;
+
+use bytes::Bytes;
+use durable::{Durable, DurableError};
+use guard::Via;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use routes::{Route, RouteError};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// A listening socket the API serves.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// Shared state of one API process.
+pub struct Api {
+    pub durable: Durable,
+}
+
+impl Api {
+    pub fn new(home: crate::home::Home) -> Api {
+        Api {
+            durable: Durable::new(home),
+        }
+    }
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+/// A JSON response.
+pub fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut body = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
+    body.push(b'\n');
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// `{ok:false, detail}` with `status`.
+pub fn error_response(status: StatusCode, detail: impl Into<String>) -> Response<Body> {
+    json_response(status, &json!({"ok": false, "detail": detail.into()}))
+}
+
+fn durable_error(e: DurableError) -> Response<Body> {
+    match e {
+        DurableError::UnknownRun(_) | DurableError::UnknownTask { .. } => {
+            error_response(StatusCode::NOT_FOUND, e.to_string())
+        }
+        DurableError::Internal(d) => {
+            tracing::error!(detail = %d, "durable read failed");
+            error_response(StatusCode::INTERNAL_SERVER_ERROR, d)
+        }
+    }
+}
+
+/// Runs blocking filesystem work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Response<Body>> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        )
+    })
+}
+
+/// Handles one request.
+pub async fn handle(
+    api: Arc<Api>,
+    via: Via,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    if let Err(detail) = guard::check_host(req.headers(), via) {
+        return Ok(error_response(StatusCode::FORBIDDEN, detail));
+    }
+    let route = match routes::route(req.uri().path()) {
+        Ok(r) => r,
+        Err(e @ RouteError::NotFound(_)) => {
+            return Ok(error_response(StatusCode::NOT_FOUND, e.to_string()));
+        }
+        Err(e) => return Ok(error_response(StatusCode::BAD_REQUEST, e.to_string())),
+    };
+    if !route.methods().contains(&req.method().as_str()) {
+        let mut r = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!(
+                "{} not allowed here; allowed: {}",
+                req.method(),
+                route.methods().join(", ")
+            ),
+        );
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
+        return Ok(r);
+    }
+    Ok(dispatch(api, route, req).await.unwrap_or_else(|r| r))
+}
+
+async fn dispatch(
+    api: Arc<Api>,
+    route: Route,
+    _req: Request<Incoming>,
+) -> Result<Response<Body>, Response<Body>> {
+    match route {
+        Route::Runs => {
+            let a = api.clone();
+            let runs = blocking(move || a.durable.list_runs())
+                .await?
+                .map_err(durable_error)?;
+            Ok(json_response(StatusCode::OK, &Value::Array(runs)))
+        }
+        Route::Run(run) => {
+            let a = api.clone();
+            let v = blocking(move || a.durable.run_detail(&run))
+                .await?
+                .map_err(durable_error)?;
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        Route::Task(run, task) => {
+            let a = api.clone();
+            let v = blocking(move || a.durable.task_detail(&run, &task))
+                .await?
+                .map_err(durable_error)?;
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        other => Err(error_response(
+            StatusCode::NOT_FOUND,
+            format!("route {other:?} is not served by this build"),
+        )),
+    }
+}
+
+/// Serves `listeners` until `shutdown` flips to true, then stops accepting and lets in-flight
+/// responses finish (bounded by `grace`).
+pub async fn serve(
+    api: Arc<Api>,
+    listeners: Vec<Listener>,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // Slowloris defence: a client gets this long to send its request head.
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
+    let builder = Arc::new(builder);
+    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(Box<dyn ConnIo>, Via)>(64);
+    let mut accepters = Vec::new();
+    for l in listeners {
+        let tx = conn_tx.clone();
+        let mut sd = shutdown.clone();
+        accepters.push(tokio::spawn(async move {
+            loop {
+                let accepted: Option<(Box<dyn ConnIo>, Via)> = tokio::select! {
+                    _ = sd.changed() => return,
+                    a = accept(&l) => a,
+                };
+                if let Some(c) = accepted
+                    && tx.send(c).await.is_err()
+                {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(conn_tx);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            c = conn_rx.recv() => {
+                let Some((io, via)) = c else { break };
+                let api = api.clone();
+                let svc = hyper::service::service_fn(move |req| handle(api.clone(), via, req));
+                let conn = builder.serve_connection(TokioIo::new(io), svc);
+                let fut = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = fut.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    for a in accepters {
+        a.abort();
+    }
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("in-flight responses did not finish within {grace:?}; exiting anyway");
+    }
+}
+
+/// A connection's byte stream (TCP or Unix).
+pub trait ConnIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> ConnIo for T {}
+
+async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Via)> {
+    let r: std::io::Result<(Box<dyn ConnIo>, Via)> = match l {
+        Listener::Tcp(t) => t.accept().await.map(|(s, _)| {
+            let port = s.local_addr().map(|a| a.port()).unwrap_or(0);
+            let _ = s.set_nodelay(true);
+            (Box::new(s) as Box<dyn ConnIo>, Via::Tcp(port))
+        }),
+        Listener::Unix(u) => u
+            .accept()
+            .await
+            .map(|(s, _)| (Box::new(s) as Box<dyn ConnIo>, Via::Unix)),
+    };
+    match r {
+        Ok(c) => Some(c),
+        Err(e) => {
+            // EMFILE and friends: back off instead of spinning.
+            tracing::warn!(error = %e, "accept failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
+}

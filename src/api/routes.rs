@@ -1,0 +1,168 @@
+//! Request path → `Route`. Every path segment is percent-decoded once, then parsed as the id type its
+//! position demands; anything that is not a valid id (an encoded `/`, `..`, NUL, invalid UTF-8, an
+//! over-long value) is a 400 naming the segment, before any handler or filesystem sees it.
+
+use crate::ids::{IdError, RunId, TaskId};
+
+/// A matched route with its ids already validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Runs,
+    Run(RunId),
+    Task(RunId, TaskId),
+    Stream(RunId, TaskId),
+    Events(RunId, TaskId),
+    Steer(RunId, TaskId),
+    Kill(RunId, TaskId),
+    Pause(RunId),
+    Resume(RunId),
+}
+
+impl Route {
+    /// The HTTP methods the route answers (for 405 and `Allow`).
+    pub fn methods(&self) -> &'static [&'static str] {
+        match self {
+            Route::Runs
+            | Route::Run(_)
+            | Route::Task(..)
+            | Route::Stream(..)
+            | Route::Events(..) => &["GET"],
+            Route::Steer(..) | Route::Kill(..) | Route::Pause(_) | Route::Resume(_) => &["POST"],
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("no route for {0}")]
+    NotFound(String),
+    #[error("bad path segment: {0}")]
+    BadSegment(String),
+    #[error(transparent)]
+    BadId(#[from] IdError),
+}
+
+/// Decodes `%XX` escapes. Refuses malformed escapes, invalid UTF-8 and NUL.
+pub fn percent_decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            let v = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
+            match v {
+                Some(v) => out.push(v),
+                None => return Err("malformed percent-escape".into()),
+            }
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    if out.contains(&0) {
+        return Err("NUL byte".into());
+    }
+    String::from_utf8(out).map_err(|_| "not UTF-8".into())
+}
+
+/// Matches a path (no query string).
+pub fn route(path: &str) -> Result<Route, RouteError> {
+    let not_found = || RouteError::NotFound(shorten(path));
+    let rest = path.strip_prefix('/').ok_or_else(not_found)?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let segs: Vec<&str> = rest.split('/').collect();
+    if segs.first() != Some(&"runs") {
+        return Err(not_found());
+    }
+    let decode = |s: &str| {
+        percent_decode(s).map_err(|e| RouteError::BadSegment(format!("{}: {e}", shorten(s))))
+    };
+    let run = |s: &str| -> Result<RunId, RouteError> { Ok(RunId::parse(&decode(s)?)?) };
+    let task = |s: &str| -> Result<TaskId, RouteError> { Ok(TaskId::parse(&decode(s)?)?) };
+    Ok(match segs.as_slice() {
+        ["runs"] => Route::Runs,
+        ["runs", r] => Route::Run(run(r)?),
+        ["runs", r, "pause"] => Route::Pause(run(r)?),
+        ["runs", r, "resume"] => Route::Resume(run(r)?),
+        ["runs", r, "tasks", t] => Route::Task(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "stream"] => Route::Stream(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "events"] => Route::Events(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "steer"] => Route::Steer(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "kill"] => Route::Kill(run(r)?, task(t)?),
+        // A segment that is not a valid id where an id belongs is a 400 even on a longer path, so a
+        // traversal attempt never reads as "merely not found".
+        ["runs", r, ..] => {
+            run(r)?;
+            if let ["runs", _, "tasks", t, ..] = segs.as_slice() {
+                task(t)?;
+            }
+            return Err(not_found());
+        }
+        _ => return Err(not_found()),
+    })
+}
+
+fn shorten(s: &str) -> String {
+    if s.len() <= 120 {
+        return s.to_string();
+    }
+    let mut end = 120;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "0123456789ab--demo";
+
+    #[test]
+    fn matches_routes() {
+        assert_eq!(route("/runs").unwrap(), Route::Runs);
+        assert_eq!(route("/runs/").unwrap(), Route::Runs);
+        assert!(matches!(
+            route(&format!("/runs/{RUN}")).unwrap(),
+            Route::Run(_)
+        ));
+        assert!(matches!(
+            route(&format!("/runs/{RUN}/tasks/T1/stream")).unwrap(),
+            Route::Stream(..)
+        ));
+        assert!(
+            matches!(route(&format!("/runs/{RUN}/tasks/T%31")).unwrap(), Route::Task(_, t) if t.as_str() == "T1")
+        );
+    }
+
+    #[test]
+    fn traversal_is_bad_request() {
+        for p in [
+            "/runs/..%2F..%2Fetc",
+            "/runs/%2Fetc%2Fpasswd",
+            &format!("/runs/{RUN}/tasks/..%2Fx"),
+            &format!("/runs/{RUN}/tasks/a%00b"),
+            &format!("/runs/{RUN}/tasks/%ff"),
+            &format!("/runs/{RUN}/tasks/%zz"),
+            "/runs/..",
+        ] {
+            let e = route(p).unwrap_err();
+            assert!(!matches!(e, RouteError::NotFound(_)), "{p}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_is_not_found() {
+        assert!(matches!(route("/"), Err(RouteError::NotFound(_))));
+        assert!(matches!(route("/etc/passwd"), Err(RouteError::NotFound(_))));
+        assert!(matches!(
+            route(&format!("/runs/{RUN}/nope")),
+            Err(RouteError::NotFound(_))
+        ));
+    }
+}

@@ -1,0 +1,313 @@
+//! The `harness` command line: argument parsing and turning results into one stderr line plus an exit
+//! code. Business logic lives in the modules it calls.
+//!
+//! Exit codes: 0 success, 1 the operation failed (message on stderr), 2 usage error (bad arguments or
+//! ids), 3 `journal reconcile` found discrepancies.
+
+use crate::home::Home;
+use crate::ids::{RunId, Slug, TaskId};
+use crate::journal::{self, Journal};
+use crate::liveness::{self, TaskLiveness};
+use crate::plan::Plan;
+use crate::registry::{self, Plane, Pointer};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "harness",
+    version,
+    about = "Watch, steer, kill and pause AI coding agent runs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the HTTP API (durable views; live routes need the run's supervisor).
+    Api {
+        /// Address to listen on (loopback only). Repeatable. Default 127.0.0.1:7878 or $HARNESS_API_ADDR.
+        #[arg(long)]
+        listen: Vec<SocketAddr>,
+        /// Also listen on this Unix socket path.
+        #[arg(long)]
+        unix: Option<PathBuf>,
+    },
+    /// The global run registry ($HARNESS_HOME/runs).
+    #[command(subcommand)]
+    Registry(RegistryCmd),
+    /// The runstate/v1 journal of a run.
+    #[command(subcommand)]
+    Journal(JournalCmd),
+    /// The liveness/v1 sidecar of a run (a cache; the journal wins).
+    #[command(subcommand)]
+    Liveness(LivenessCmd),
+    /// Plan files.
+    #[command(subcommand)]
+    Plan(PlanCmd),
+}
+
+#[derive(Subcommand)]
+enum RegistryCmd {
+    /// Register a run (what a runner or DynWF driver does at run start). Prints the pointer.
+    Add {
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(long)]
+        worktree: Option<PathBuf>,
+        #[arg(long)]
+        slug: String,
+        #[arg(long, default_value = "standalone")]
+        plane: String,
+        #[arg(long)]
+        runstate_dir: Option<PathBuf>,
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// List registered runs (reaping pointers whose runstateDir is gone).
+    List,
+}
+
+#[derive(Subcommand)]
+enum JournalCmd {
+    /// Append one record (JSON; `v` and `ts` are filled in when absent). Prints its line number.
+    Append { run: String, record: String },
+    /// Print the replayed view of the journal as JSON.
+    Show { run: String },
+    /// Check committed shas against git and in-flight tasks against live processes. Exit 3 if not clean.
+    Reconcile { run: String },
+}
+
+#[derive(Subcommand)]
+enum LivenessCmd {
+    /// Set one task's liveness record (JSON TaskLiveness).
+    Set {
+        run: String,
+        task: String,
+        record: String,
+    },
+    /// Print the sidecar, or one task's record.
+    Get { run: String, task: Option<String> },
+    /// Drop records whose pid is dead; report what the journal says about each.
+    Reap { run: String },
+}
+
+#[derive(Subcommand)]
+enum PlanCmd {
+    /// Validate a plan file; prints every problem found.
+    Check { plan: PathBuf },
+}
+
+/// A failure with its exit code.
+struct Fail(i32, String);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Self {
+        Fail(1, e.to_string())
+    }
+}
+
+fn usage(e: impl std::fmt::Display) -> Fail {
+    Fail(2, e.to_string())
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    crate::service::init_logging();
+    match run(cli.cmd) {
+        Ok(()) => 0,
+        Err(Fail(code, msg)) => {
+            eprintln!("harness: {msg}");
+            code
+        }
+    }
+}
+
+fn home() -> Result<Home, Fail> {
+    Home::from_env().map_err(Fail::from)
+}
+
+fn pointer(home: &Home, run: &str) -> Result<Pointer, Fail> {
+    let run = RunId::parse(run).map_err(usage)?;
+    registry::read(home, &run).map_err(Fail::from)
+}
+
+fn print_json(v: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn run(cmd: Cmd) -> Result<(), Fail> {
+    match cmd {
+        Cmd::Api { listen, unix } => api(listen, unix),
+        Cmd::Registry(RegistryCmd::Add {
+            repo,
+            worktree,
+            slug,
+            plane,
+            runstate_dir,
+            project,
+        }) => {
+            let slug = Slug::parse(&slug).map_err(usage)?;
+            let plane = match plane.as_str() {
+                "standalone" => Plane::Standalone,
+                "dynwf" => Plane::Dynwf,
+                other => {
+                    return Err(usage(format!(
+                        "--plane {other:?}: expected standalone or dynwf"
+                    )));
+                }
+            };
+            let reg = registry::Registration {
+                repo_root: &repo,
+                worktree: worktree.as_deref(),
+                slug: &slug,
+                plane,
+                runstate_dir: runstate_dir.as_deref(),
+                project: project.as_deref(),
+            };
+            print_json(&registry::register(&home()?, &reg)?);
+            Ok(())
+        }
+        Cmd::Registry(RegistryCmd::List) => {
+            let (found, skipped) = registry::enumerate(&home()?)?;
+            registry::log_skipped(&skipped);
+            print_json(&found);
+            Ok(())
+        }
+        Cmd::Journal(JournalCmd::Append { run, record }) => {
+            let p = pointer(&home()?, &run)?;
+            let mut v: serde_json::Value = serde_json::from_str(&record)
+                .map_err(|e| usage(format!("record is not JSON: {e}")))?;
+            let obj = v
+                .as_object_mut()
+                .ok_or_else(|| usage("record must be a JSON object"))?;
+            obj.entry("v").or_insert_with(|| journal::VERSION.into());
+            obj.entry("ts")
+                .or_insert_with(|| journal::now_rfc3339().into());
+            let rec: journal::Record =
+                serde_json::from_value(v).map_err(|e| usage(format!("invalid record: {e}")))?;
+            let line = Journal::open(&p.journal_path())?.append(&rec)?;
+            println!("{line}");
+            Ok(())
+        }
+        Cmd::Journal(JournalCmd::Show { run }) => {
+            let p = pointer(&home()?, &run)?;
+            print_json(&journal::replay(&p.journal_path())?);
+            Ok(())
+        }
+        Cmd::Journal(JournalCmd::Reconcile { run }) => {
+            let p = pointer(&home()?, &run)?;
+            let view = journal::replay(&p.journal_path())?;
+            let live = liveness::get(&p.liveness_path()).ok().flatten();
+            let report = journal::reconcile(&view, &p.worktree, |t| {
+                live.as_ref()
+                    .and_then(|l| l.tasks.get(t))
+                    .is_some_and(|r| liveness::pid_alive(r.pid))
+            });
+            print_json(&report);
+            if report.is_clean() {
+                Ok(())
+            } else {
+                Err(Fail(3, "journal reconcile found discrepancies".into()))
+            }
+        }
+        Cmd::Liveness(LivenessCmd::Set { run, task, record }) => {
+            let p = pointer(&home()?, &run)?;
+            let task = TaskId::parse(&task).map_err(usage)?;
+            let rec: TaskLiveness = serde_json::from_str(&record)
+                .map_err(|e| usage(format!("invalid liveness record: {e}")))?;
+            liveness::set(&p.liveness_path(), &p.run_id, &task, rec)?;
+            Ok(())
+        }
+        Cmd::Liveness(LivenessCmd::Get { run, task }) => {
+            let p = pointer(&home()?, &run)?;
+            let l = liveness::get(&p.liveness_path())?;
+            match task {
+                None => print_json(&l),
+                Some(t) => {
+                    let t = TaskId::parse(&t).map_err(usage)?;
+                    print_json(&l.and_then(|l| l.tasks.get(&t).cloned()));
+                }
+            }
+            Ok(())
+        }
+        Cmd::Liveness(LivenessCmd::Reap { run }) => {
+            let p = pointer(&home()?, &run)?;
+            let view = journal::replay(&p.journal_path())?;
+            print_json(&liveness::reap(&p.liveness_path(), &p.run_id, &view)?);
+            Ok(())
+        }
+        Cmd::Plan(PlanCmd::Check { plan }) => {
+            let p = Plan::load(&plan).map_err(usage)?;
+            println!(
+                "ok: plan {} with {} tasks in {} waves",
+                p.slug,
+                p.tasks.len(),
+                p.waves().len()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The default API address: `$HARNESS_API_ADDR` or 127.0.0.1:7878.
+fn default_api_addr() -> Result<SocketAddr, Fail> {
+    match std::env::var("HARNESS_API_ADDR") {
+        Ok(s) if !s.is_empty() => s
+            .parse()
+            .map_err(|e| usage(format!("HARNESS_API_ADDR {s:?}: {e}"))),
+        _ => Ok(SocketAddr::from(([127, 0, 0, 1], 7878))),
+    }
+}
+
+fn api(listen: Vec<SocketAddr>, unix: Option<PathBuf>) -> Result<(), Fail> {
+    let home = home()?;
+    let addrs = if listen.is_empty() {
+        vec![default_api_addr()?]
+    } else {
+        listen
+    };
+    for a in &addrs {
+        if !a.ip().is_loopback() {
+            return Err(usage(format!(
+                "--listen {a}: only loopback addresses are allowed"
+            )));
+        }
+    }
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async move {
+        let mut listeners = Vec::new();
+        for a in &addrs {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| Fail(1, format!("cannot listen on {a}: {e}")))?;
+            tracing::info!(addr = %l.local_addr()?, "API listening");
+            listeners.push(crate::api::Listener::Tcp(l));
+        }
+        if let Some(path) = unix {
+            let _ = std::fs::remove_file(&path);
+            let l = tokio::net::UnixListener::bind(&path)
+                .map_err(|e| Fail(1, format!("cannot listen on {}: {e}", path.display())))?;
+            tracing::info!(path = %path.display(), "API listening");
+            listeners.push(crate::api::Listener::Unix(l));
+        }
+        let api = std::sync::Arc::new(crate::api::Api::new(home));
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            crate::service::terminated().await;
+            let _ = tx.send(true);
+        });
+        crate::api::serve(api, listeners, rx, std::time::Duration::from_secs(5)).await;
+        Ok::<(), Fail>(())
+    })
+}

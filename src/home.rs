@@ -1,0 +1,201 @@
+//! The `$HARNESS_HOME` layout (default `~/.harness`): `runs/` (the global registry), `sock/` (control
+//! sockets), permissions (dirs 0700, files 0600), the Unix socket path limit, and the one way every
+//! small state file is written (temp file + fsync + rename).
+//!
+//! This module knows where things live, never what is in them.
+
+use crate::ids::RunId;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Longest Unix socket path the OS accepts, excluding the terminating NUL (sun_path is 108 bytes on
+/// Linux, 104 on macOS).
+#[cfg(target_os = "macos")]
+pub const SOCKET_PATH_MAX: usize = 103;
+#[cfg(not(target_os = "macos"))]
+pub const SOCKET_PATH_MAX: usize = 107;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    #[error("HARNESS_HOME is not set and there is no HOME to default to ~/.harness")]
+    NoHome,
+    #[error("cannot create {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error(
+        "control socket path {path} is {len} bytes, over the OS limit of {max}: use a shorter HARNESS_HOME or slug"
+    )]
+    SocketPathTooLong {
+        path: PathBuf,
+        len: usize,
+        max: usize,
+    },
+}
+
+/// A resolved harness home directory.
+#[derive(Debug, Clone)]
+pub struct Home {
+    /// Absolute root, e.g. `/home/me/.harness`.
+    pub root: PathBuf,
+}
+
+impl Home {
+    /// `$HARNESS_HOME`, else `$HOME/.harness`.
+    pub fn from_env() -> Result<Home, HomeError> {
+        if let Some(h) = std::env::var_os("HARNESS_HOME").filter(|h| !h.is_empty()) {
+            return Ok(Home {
+                root: PathBuf::from(h),
+            });
+        }
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .ok_or(HomeError::NoHome)?;
+        Ok(Home {
+            root: PathBuf::from(home).join(".harness"),
+        })
+    }
+
+    pub fn at(root: impl Into<PathBuf>) -> Home {
+        Home { root: root.into() }
+    }
+
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    pub fn sock_dir(&self) -> PathBuf {
+        self.root.join("sock")
+    }
+
+    /// The pointer file of a run in the global registry.
+    pub fn pointer_path(&self, run: &RunId) -> PathBuf {
+        self.runs_dir().join(format!("{run}.json"))
+    }
+
+    /// The derived control-socket path of a run: `$HARNESS_HOME/sock/<runId>.sock`.
+    pub fn socket_path(&self, run: &RunId) -> PathBuf {
+        self.sock_dir().join(format!("{run}.sock"))
+    }
+
+    /// The socket path, refused when it would not fit in `sun_path` (so a run fails at start with this
+    /// message instead of at bind time with EINVAL).
+    pub fn checked_socket_path(&self, run: &RunId) -> Result<PathBuf, HomeError> {
+        let path = self.socket_path(run);
+        let len = path.as_os_str().len();
+        if len > SOCKET_PATH_MAX {
+            return Err(HomeError::SocketPathTooLong {
+                path,
+                len,
+                max: SOCKET_PATH_MAX,
+            });
+        }
+        Ok(path)
+    }
+
+    /// Creates `root`, `runs/` and `sock/` with mode 0700.
+    pub fn ensure(&self) -> Result<(), HomeError> {
+        for d in [self.root.clone(), self.runs_dir(), self.sock_dir()] {
+            ensure_private_dir(&d)?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates `dir` (and parents) with mode 0700; tightens an existing dir that we own to 0700.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
+    let created = fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    created.map_err(|source| HomeError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+    Ok(())
+}
+
+/// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix: a temp file in
+/// the same directory (mode `mode`), fsync, rename over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        unique_suffix()
+    ));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A per-process counter so two threads of one process never share a temp name.
+fn unique_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Canonical absolute form of a directory that must exist (symlinks resolved), with a message naming it.
+pub fn canonical_dir(dir: &Path) -> io::Result<PathBuf> {
+    let c = fs::canonicalize(dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    if !c.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a directory", c.display()),
+        ));
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Slug;
+
+    #[test]
+    fn socket_path_limit_is_checked() {
+        let slug = Slug::parse(&"s".repeat(48)).unwrap();
+        let run = RunId::derive(Path::new("/r"), Path::new("/r"), &slug);
+        let short = Home::at("/tmp/h");
+        assert!(short.checked_socket_path(&run).is_ok());
+        let long = Home::at(format!("/tmp/{}", "x".repeat(60)));
+        let err = long.checked_socket_path(&run).unwrap_err().to_string();
+        assert!(err.contains("over the OS limit"), "{err}");
+    }
+
+    #[test]
+    fn atomic_write_sets_mode_and_replaces() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f.json");
+        write_atomic(&p, b"one", 0o600).unwrap();
+        write_atomic(&p, b"two", 0o600).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            fs::read_dir(d.path()).unwrap().count(),
+            1,
+            "temp file left behind"
+        );
+    }
+}

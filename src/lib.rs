@@ -1,0 +1,14 @@
+//! harness: the control and observability surface for runs of AI coding agents.
+//!
+//! See `ARCHITECTURE.md` for the code map and the invariants each module keeps.
+
+pub mod adapter;
+pub mod api;
+pub mod cli;
+pub mod home;
+pub mod ids;
+pub mod journal;
+pub mod liveness;
+pub mod plan;
+pub mod registry;
+pub mod service;

@@ -1,0 +1,309 @@
+//! `plan/v1`: the tasks of a run grouped into waves. Parsing and full validation (every problem
+//! reported, each naming the task and the field), and the wave view the scheduler and the durable
+//! API draw from. This module runs nothing.
+
+use crate::adapter::Adapter;
+use crate::ids::{Slug, TaskId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+pub const VERSION: &str = "plan/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    /// 1-based wave; every wave from 1 to the last holds at least one task.
+    pub wave: u32,
+    pub adapter: Adapter,
+    pub prompt: String,
+    /// Shell command run in the worktree after the turn; rc 0 passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<String>,
+    /// When true, a codex verdict seat reviews the turn before commit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub review: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub v: String,
+    pub slug: Slug,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<u32>,
+    pub tasks: Vec<Task>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("cannot read plan {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("plan is not valid plan/v1:\n  {}", .0.join("\n  "))]
+    Invalid(Vec<String>),
+}
+
+const TOP_FIELDS: [&str; 5] = ["v", "slug", "base_branch", "max_parallel", "tasks"];
+const TASK_FIELDS: [&str; 7] = ["id", "wave", "adapter", "prompt", "gate", "review", "model"];
+
+impl Plan {
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let bytes = std::fs::read(path).map_err(|source| PlanError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Plan::parse(&bytes)
+    }
+
+    /// Parses and validates; on failure lists every problem found.
+    pub fn parse(bytes: &[u8]) -> Result<Plan, PlanError> {
+        let root: Value = serde_json::from_slice(bytes)
+            .map_err(|e| PlanError::Invalid(vec![format!("not JSON: {e}")]))?;
+        let mut errs = Vec::new();
+        let Some(obj) = root.as_object() else {
+            return Err(PlanError::Invalid(vec![
+                "top level must be an object".into(),
+            ]));
+        };
+        for k in obj.keys().filter(|k| !TOP_FIELDS.contains(&k.as_str())) {
+            errs.push(format!("unknown field {k:?}"));
+        }
+        match obj.get("v").and_then(Value::as_str) {
+            Some(VERSION) => {}
+            other => errs.push(format!("v: expected \"{VERSION}\", got {other:?}")),
+        }
+        let slug = match obj.get("slug").and_then(Value::as_str) {
+            Some(s) => Slug::parse(s)
+                .map_err(|e| errs.push(format!("slug: {e}")))
+                .ok(),
+            None => {
+                errs.push("slug: missing (string)".into());
+                None
+            }
+        };
+        let base_branch = match obj.get("base_branch") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(_) => {
+                errs.push("base_branch: must be a non-empty string".into());
+                None
+            }
+        };
+        let max_parallel = match obj.get("max_parallel") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(n @ 1..=256) => Some(n as u32),
+                _ => {
+                    errs.push(format!("max_parallel: must be an integer 1..=256, got {v}"));
+                    None
+                }
+            },
+        };
+        let mut tasks = Vec::new();
+        match obj.get("tasks").and_then(Value::as_array) {
+            None => errs.push("tasks: missing (array)".into()),
+            Some(a) if a.is_empty() => {
+                errs.push("tasks: empty (a plan needs at least one task)".into())
+            }
+            Some(a) => {
+                let mut seen = HashSet::new();
+                for (i, t) in a.iter().enumerate() {
+                    if let Some(task) = parse_task(i, t, &mut errs) {
+                        if !seen.insert(task.id.clone()) {
+                            errs.push(format!("tasks[{i}] ({}): duplicate id", task.id));
+                        }
+                        tasks.push(task);
+                    }
+                }
+            }
+        }
+        if !tasks.is_empty() {
+            let max = tasks.iter().map(|t| t.wave).max().unwrap_or(0);
+            let present: HashSet<u32> = tasks.iter().map(|t| t.wave).collect();
+            for w in 1..=max {
+                if !present.contains(&w) {
+                    errs.push(format!(
+                        "wave {w} is empty (waves must be 1..={max} with no gap)"
+                    ));
+                }
+            }
+        }
+        match (errs.is_empty(), slug) {
+            (true, Some(slug)) => Ok(Plan {
+                v: VERSION.into(),
+                slug,
+                base_branch,
+                max_parallel,
+                tasks,
+            }),
+            _ => Err(PlanError::Invalid(errs)),
+        }
+    }
+
+    /// Tasks grouped by wave, in plan order within a wave.
+    pub fn waves(&self) -> BTreeMap<u32, Vec<&Task>> {
+        let mut m: BTreeMap<u32, Vec<&Task>> = BTreeMap::new();
+        for t in &self.tasks {
+            m.entry(t.wave).or_default().push(t);
+        }
+        m
+    }
+
+    pub fn task(&self, id: &TaskId) -> Option<&Task> {
+        self.tasks.iter().find(|t| &t.id == id)
+    }
+
+    /// How many tasks of one wave may run at once (default 4).
+    pub fn parallelism(&self) -> usize {
+        self.max_parallel.unwrap_or(4) as usize
+    }
+}
+
+fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
+    let Some(o) = t.as_object() else {
+        errs.push(format!("tasks[{i}]: must be an object"));
+        return None;
+    };
+    let id_str = o.get("id").and_then(Value::as_str);
+    let label = match id_str {
+        Some(s) => format!("tasks[{i}] ({s})"),
+        None => format!("tasks[{i}]"),
+    };
+    let before = errs.len();
+    for k in o.keys().filter(|k| !TASK_FIELDS.contains(&k.as_str())) {
+        errs.push(format!("{label}: unknown field {k:?}"));
+    }
+    let id = match id_str {
+        Some(s) => TaskId::parse(s)
+            .map_err(|e| errs.push(format!("{label}: id: {e}")))
+            .ok(),
+        None => {
+            errs.push(format!("{label}: id: missing (string)"));
+            None
+        }
+    };
+    let wave = match o.get("wave").and_then(Value::as_u64) {
+        Some(w @ 1..=10_000) => Some(w as u32),
+        _ => {
+            errs.push(format!(
+                "{label}: wave: must be an integer >= 1, got {}",
+                o.get("wave").unwrap_or(&Value::Null)
+            ));
+            None
+        }
+    };
+    let adapter = match o.get("adapter").and_then(Value::as_str) {
+        Some(a) => a
+            .parse::<Adapter>()
+            .map_err(|e| errs.push(format!("{label}: adapter: {e}")))
+            .ok(),
+        None => {
+            errs.push(format!(
+                "{label}: adapter: missing (claude, cursor or codex)"
+            ));
+            None
+        }
+    };
+    let prompt = match o.get("prompt").and_then(Value::as_str) {
+        Some(p) if !p.trim().is_empty() => Some(p.to_string()),
+        _ => {
+            errs.push(format!("{label}: prompt: must be a non-empty string"));
+            None
+        }
+    };
+    let opt_str = |field: &str, errs: &mut Vec<String>| match o.get(field) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+        Some(_) => {
+            errs.push(format!("{label}: {field}: must be a non-empty string"));
+            None
+        }
+    };
+    let gate = opt_str("gate", errs);
+    let model = opt_str("model", errs);
+    let review = match o.get("review") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            errs.push(format!("{label}: review: must be a boolean"));
+            false
+        }
+    };
+    if review && adapter == Some(Adapter::Codex) {
+        errs.push(format!(
+            "{label}: review: a codex task is itself a verdict seat and cannot be reviewed"
+        ));
+    }
+    if errs.len() > before {
+        return None;
+    }
+    Some(Task {
+        id: id?,
+        wave: wave?,
+        adapter: adapter?,
+        prompt: prompt?,
+        gate,
+        review,
+        model,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_plan_groups_waves() {
+        let p = Plan::parse(
+            br#"{"v":"plan/v1","slug":"demo","tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x"},
+            {"id":"b","wave":2,"adapter":"cursor","prompt":"y","gate":"true","review":true},
+            {"id":"c","wave":1,"adapter":"codex","prompt":"z"}]}"#,
+        )
+        .unwrap();
+        let w = p.waves();
+        assert_eq!(w[&1].len(), 2);
+        assert_eq!(w[&2][0].id.as_str(), "b");
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"Demo","extra":1,"tasks":[
+            {"id":"a","wave":1,"adapter":"gpt","prompt":"x"},
+            {"id":"a","wave":3,"adapter":"claude","prompt":""},
+            {"id":"b","wave":3,"adapter":"claude","prompt":"p","colour":"red"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        for needle in [
+            "unknown field \"extra\"",
+            "slug: invalid slug \"Demo\"",
+            "tasks[0] (a): adapter: unknown adapter \"gpt\"",
+            "tasks[1] (a): prompt: must be a non-empty string",
+            "tasks[2] (b): unknown field \"colour\"",
+        ] {
+            assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+        }
+    }
+
+    #[test]
+    fn duplicate_and_empty_wave() {
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"d","tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x"},
+            {"id":"a","wave":3,"adapter":"claude","prompt":"y"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("tasks[1] (a): duplicate id"), "{err}");
+        assert!(err.contains("wave 2 is empty"), "{err}");
+    }
+}
