@@ -53,9 +53,7 @@ impl FromStr for Adapter {
             "claude" => Ok(Adapter::Claude),
             "cursor" => Ok(Adapter::Cursor),
             "codex" => Ok(Adapter::Codex),
-            other => Err(format!(
-                "unknown adapter {other:?}: expected claude, cursor or codex"
-            )),
+            other => Err(format!("unknown adapter {other:?}: expected claude, cursor or codex")),
         }
     }
 }

@@ -15,11 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(
-    name = "harness",
-    version,
-    about = "Watch, steer, kill and pause AI coding agent runs"
-)]
+#[command(name = "harness", version, about = "Watch, steer, kill and pause AI coding agent runs")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -84,11 +80,7 @@ enum JournalCmd {
 #[derive(Subcommand)]
 enum LivenessCmd {
     /// Set one task's liveness record (JSON TaskLiveness).
-    Set {
-        run: String,
-        task: String,
-        record: String,
-    },
+    Set { run: String, task: String, record: String },
     /// Print the sidecar, or one task's record.
     Get { run: String, task: Option<String> },
     /// Drop records whose pid is dead; report what the journal says about each.
@@ -143,28 +135,29 @@ fn pointer(home: &Home, run: &str) -> Result<Pointer, Fail> {
 }
 
 fn print_json(v: &impl serde::Serialize) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    out(&serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints one line to stdout. A closed pipe (`harness … | head`) ends the process quietly instead of
+/// panicking like `println!` would.
+pub fn out(line: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    if writeln!(o, "{line}").and_then(|_| o.flush()).is_err() {
+        std::process::exit(0);
+    }
 }
 
 fn run(cmd: Cmd) -> Result<(), Fail> {
     match cmd {
         Cmd::Api { listen, unix } => api(listen, unix),
-        Cmd::Registry(RegistryCmd::Add {
-            repo,
-            worktree,
-            slug,
-            plane,
-            runstate_dir,
-            project,
-        }) => {
+        Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => {
             let slug = Slug::parse(&slug).map_err(usage)?;
             let plane = match plane.as_str() {
                 "standalone" => Plane::Standalone,
                 "dynwf" => Plane::Dynwf,
                 other => {
-                    return Err(usage(format!(
-                        "--plane {other:?}: expected standalone or dynwf"
-                    )));
+                    return Err(usage(format!("--plane {other:?}: expected standalone or dynwf")));
                 }
             };
             let reg = registry::Registration {
@@ -186,18 +179,14 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
         }
         Cmd::Journal(JournalCmd::Append { run, record }) => {
             let p = pointer(&home()?, &run)?;
-            let mut v: serde_json::Value = serde_json::from_str(&record)
-                .map_err(|e| usage(format!("record is not JSON: {e}")))?;
-            let obj = v
-                .as_object_mut()
-                .ok_or_else(|| usage("record must be a JSON object"))?;
+            let mut v: serde_json::Value =
+                serde_json::from_str(&record).map_err(|e| usage(format!("record is not JSON: {e}")))?;
+            let obj = v.as_object_mut().ok_or_else(|| usage("record must be a JSON object"))?;
             obj.entry("v").or_insert_with(|| journal::VERSION.into());
-            obj.entry("ts")
-                .or_insert_with(|| journal::now_rfc3339().into());
-            let rec: journal::Record =
-                serde_json::from_value(v).map_err(|e| usage(format!("invalid record: {e}")))?;
+            obj.entry("ts").or_insert_with(|| journal::now_rfc3339().into());
+            let rec: journal::Record = serde_json::from_value(v).map_err(|e| usage(format!("invalid record: {e}")))?;
             let line = Journal::open(&p.journal_path())?.append(&rec)?;
-            println!("{line}");
+            out(&line.to_string());
             Ok(())
         }
         Cmd::Journal(JournalCmd::Show { run }) => {
@@ -210,22 +199,16 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             let view = journal::replay(&p.journal_path())?;
             let live = liveness::get(&p.liveness_path()).ok().flatten();
             let report = journal::reconcile(&view, &p.worktree, |t| {
-                live.as_ref()
-                    .and_then(|l| l.tasks.get(t))
-                    .is_some_and(|r| liveness::pid_alive(r.pid))
+                live.as_ref().and_then(|l| l.tasks.get(t)).is_some_and(|r| liveness::pid_alive(r.pid))
             });
             print_json(&report);
-            if report.is_clean() {
-                Ok(())
-            } else {
-                Err(Fail(3, "journal reconcile found discrepancies".into()))
-            }
+            if report.is_clean() { Ok(()) } else { Err(Fail(3, "journal reconcile found discrepancies".into())) }
         }
         Cmd::Liveness(LivenessCmd::Set { run, task, record }) => {
             let p = pointer(&home()?, &run)?;
             let task = TaskId::parse(&task).map_err(usage)?;
-            let rec: TaskLiveness = serde_json::from_str(&record)
-                .map_err(|e| usage(format!("invalid liveness record: {e}")))?;
+            let rec: TaskLiveness =
+                serde_json::from_str(&record).map_err(|e| usage(format!("invalid liveness record: {e}")))?;
             liveness::set(&p.liveness_path(), &p.run_id, &task, rec)?;
             Ok(())
         }
@@ -249,56 +232,49 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
         }
         Cmd::Plan(PlanCmd::Check { plan }) => {
             let p = Plan::load(&plan).map_err(usage)?;
-            println!(
-                "ok: plan {} with {} tasks in {} waves",
-                p.slug,
-                p.tasks.len(),
-                p.waves().len()
-            );
+            out(&format!("ok: plan {} with {} tasks in {} waves", p.slug, p.tasks.len(), p.waves().len()));
             Ok(())
         }
     }
 }
 
+/// Tells whoever started a daemon where it listens; a closed stdout is not the daemon's problem.
+fn announce(line: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}").and_then(|_| o.flush());
+}
+
 /// The default API address: `$HARNESS_API_ADDR` or 127.0.0.1:7878.
 fn default_api_addr() -> Result<SocketAddr, Fail> {
     match std::env::var("HARNESS_API_ADDR") {
-        Ok(s) if !s.is_empty() => s
-            .parse()
-            .map_err(|e| usage(format!("HARNESS_API_ADDR {s:?}: {e}"))),
+        Ok(s) if !s.is_empty() => s.parse().map_err(|e| usage(format!("HARNESS_API_ADDR {s:?}: {e}"))),
         _ => Ok(SocketAddr::from(([127, 0, 0, 1], 7878))),
     }
 }
 
 fn api(listen: Vec<SocketAddr>, unix: Option<PathBuf>) -> Result<(), Fail> {
     let home = home()?;
-    let addrs = if listen.is_empty() {
-        vec![default_api_addr()?]
-    } else {
-        listen
-    };
+    let addrs = if listen.is_empty() { vec![default_api_addr()?] } else { listen };
     for a in &addrs {
         if !a.ip().is_loopback() {
-            return Err(usage(format!(
-                "--listen {a}: only loopback addresses are allowed"
-            )));
+            return Err(usage(format!("--listen {a}: only loopback addresses are allowed")));
         }
     }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let mut listeners = Vec::new();
         for a in &addrs {
-            let l = tokio::net::TcpListener::bind(a)
-                .await
-                .map_err(|e| Fail(1, format!("cannot listen on {a}: {e}")))?;
-            tracing::info!(addr = %l.local_addr()?, "API listening");
+            let l =
+                tokio::net::TcpListener::bind(a).await.map_err(|e| Fail(1, format!("cannot listen on {a}: {e}")))?;
+            announce(&format!("listening on http://{}", l.local_addr()?));
             listeners.push(crate::api::Listener::Tcp(l));
         }
         if let Some(path) = unix {
             let _ = std::fs::remove_file(&path);
             let l = tokio::net::UnixListener::bind(&path)
                 .map_err(|e| Fail(1, format!("cannot listen on {}: {e}", path.display())))?;
-            tracing::info!(path = %path.display(), "API listening");
+            announce(&format!("listening on unix:{}", path.display()));
             listeners.push(crate::api::Listener::Unix(l));
         }
         let api = std::sync::Arc::new(crate::api::Api::new(home));

@@ -26,11 +26,7 @@ pub enum HomeError {
     #[error(
         "control socket path {path} is {len} bytes, over the OS limit of {max}: use a shorter HARNESS_HOME or slug"
     )]
-    SocketPathTooLong {
-        path: PathBuf,
-        len: usize,
-        max: usize,
-    },
+    SocketPathTooLong { path: PathBuf, len: usize, max: usize },
 }
 
 /// A resolved harness home directory.
@@ -44,16 +40,10 @@ impl Home {
     /// `$HARNESS_HOME`, else `$HOME/.harness`.
     pub fn from_env() -> Result<Home, HomeError> {
         if let Some(h) = std::env::var_os("HARNESS_HOME").filter(|h| !h.is_empty()) {
-            return Ok(Home {
-                root: PathBuf::from(h),
-            });
+            return Ok(Home { root: PathBuf::from(h) });
         }
-        let home = std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .ok_or(HomeError::NoHome)?;
-        Ok(Home {
-            root: PathBuf::from(home).join(".harness"),
-        })
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or(HomeError::NoHome)?;
+        Ok(Home { root: PathBuf::from(home).join(".harness") })
     }
 
     pub fn at(root: impl Into<PathBuf>) -> Home {
@@ -84,11 +74,7 @@ impl Home {
         let path = self.socket_path(run);
         let len = path.as_os_str().len();
         if len > SOCKET_PATH_MAX {
-            return Err(HomeError::SocketPathTooLong {
-                path,
-                len,
-                max: SOCKET_PATH_MAX,
-            });
+            return Err(HomeError::SocketPathTooLong { path, len, max: SOCKET_PATH_MAX });
         }
         Ok(path)
     }
@@ -104,14 +90,8 @@ impl Home {
 
 /// Creates `dir` (and parents) with mode 0700; tightens an existing dir that we own to 0700.
 pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
-    let created = fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
-    created.map_err(|source| HomeError::Create {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    let created = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+    created.map_err(|source| HomeError::Create { path: dir.to_path_buf(), source })?;
     let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
     Ok(())
 }
@@ -120,21 +100,10 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
 /// the same directory (mode `mode`), fsync, rename over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        unique_suffix()
-    ));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), unique_suffix()));
     let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)
@@ -154,13 +123,9 @@ fn unique_suffix() -> u64 {
 
 /// Canonical absolute form of a directory that must exist (symlinks resolved), with a message naming it.
 pub fn canonical_dir(dir: &Path) -> io::Result<PathBuf> {
-    let c = fs::canonicalize(dir)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    let c = fs::canonicalize(dir).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     if !c.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotADirectory,
-            format!("{} is not a directory", c.display()),
-        ));
+        return Err(io::Error::new(io::ErrorKind::NotADirectory, format!("{} is not a directory", c.display())));
     }
     Ok(c)
 }
@@ -188,14 +153,7 @@ mod tests {
         write_atomic(&p, b"one", 0o600).unwrap();
         write_atomic(&p, b"two", 0o600).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(
-            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        assert_eq!(
-            fs::read_dir(d.path()).unwrap().count(),
-            1,
-            "temp file left behind"
-        );
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1, "temp file left behind");
     }
 }

@@ -91,11 +91,7 @@ impl RunId {
     pub fn parse(s: &str) -> Result<Self, IdError> {
         let err = || IdError::RunId(shown(s));
         let (hash, slug) = s.split_once("--").ok_or_else(err)?;
-        if hash.len() != 12
-            || !hash
-                .bytes()
-                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-        {
+        if hash.len() != 12 || !hash.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) {
             return Err(err());
         }
         Slug::parse(slug).map_err(|_| err())?;
@@ -163,17 +159,7 @@ mod tests {
         assert!(Slug::parse("api-refactor").is_ok());
         assert!(Slug::parse("a").is_ok());
         assert!(Slug::parse(&"a".repeat(48)).is_ok());
-        for bad in [
-            "",
-            "A",
-            "-x",
-            ".x",
-            "a/b",
-            "..",
-            "a\0b",
-            "é",
-            &"a".repeat(49),
-        ] {
+        for bad in ["", "A", "-x", ".x", "a/b", "..", "a\0b", "é", &"a".repeat(49)] {
             assert!(Slug::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -193,10 +179,7 @@ mod tests {
         let a = RunId::derive(Path::new("/r/one"), Path::new("/r/one"), &s);
         let b = RunId::derive(Path::new("/r/two"), Path::new("/r/two"), &s);
         assert_ne!(a, b);
-        assert_eq!(
-            a,
-            RunId::derive(Path::new("/r/one"), Path::new("/r/one"), &s)
-        );
+        assert_eq!(a, RunId::derive(Path::new("/r/one"), Path::new("/r/one"), &s));
         assert!(a.as_str().ends_with("--api-refactor"));
         assert_eq!(RunId::parse(a.as_str()).unwrap(), a);
         assert_eq!(a.slug(), s);
@@ -207,14 +190,7 @@ mod tests {
 
     #[test]
     fn run_id_parse_rejects() {
-        for bad in [
-            "",
-            "abc--x",
-            "0123456789ab-x",
-            "0123456789AB--x",
-            "0123456789ab--",
-            "0123456789ab--../x",
-        ] {
+        for bad in ["", "abc--x", "0123456789ab-x", "0123456789AB--x", "0123456789ab--", "0123456789ab--../x"] {
             assert!(RunId::parse(bad).is_err(), "{bad:?} accepted");
         }
     }

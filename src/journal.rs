@@ -67,9 +67,7 @@ impl TaskState {
             (None, Leased) => true,
             (Some(Leased), Implemented) => true,
             (Some(Implemented), Gated) => true,
-            (Some(Gated), Reviewed) | (Some(Gated), Committed) | (Some(Reviewed), Committed) => {
-                true
-            }
+            (Some(Gated), Reviewed) | (Some(Gated), Committed) | (Some(Reviewed), Committed) => true,
             (Some(Implemented | Gated | Reviewed | Halted), Leased) => true,
             (Some(f), Halted) => !f.is_terminal() && f != Halted,
             _ => false,
@@ -204,18 +202,10 @@ pub struct ControlRecord {
 
 impl Record {
     pub fn new(body: Body) -> Record {
-        Record {
-            v: VERSION.to_string(),
-            ts: now_rfc3339(),
-            body,
-        }
+        Record { v: VERSION.to_string(), ts: now_rfc3339(), body }
     }
     pub fn run(event: RunEvent, by: &str, detail: Option<String>) -> Record {
-        Record::new(Body::Run(RunRecord {
-            event,
-            by: Some(by.to_string()),
-            detail,
-        }))
+        Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail }))
     }
     pub fn task(task: &TaskId, state: TaskState) -> TaskRecord {
         TaskRecord {
@@ -251,17 +241,9 @@ pub enum JournalError {
     #[error("journal {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("task {task}: invalid transition {from} -> {to}")]
-    Transition {
-        task: TaskId,
-        from: String,
-        to: TaskState,
-    },
+    Transition { task: TaskId, from: String, to: TaskState },
     #[error("task {task}: a {state} record needs {field}")]
-    Missing {
-        task: TaskId,
-        state: TaskState,
-        field: &'static str,
-    },
+    Missing { task: TaskId, state: TaskState, field: &'static str },
     #[error("invalid record: {0}")]
     Invalid(String),
 }
@@ -347,10 +329,7 @@ impl RunView {
         match &rec.body {
             Body::Run(r) => {
                 self.status = match (self.status, r.event) {
-                    (
-                        RunStatus::Finished | RunStatus::Failed,
-                        RunEvent::Paused | RunEvent::Resumed,
-                    ) => self.status,
+                    (RunStatus::Finished | RunStatus::Failed, RunEvent::Paused | RunEvent::Resumed) => self.status,
                     (_, RunEvent::Started) => RunStatus::Running,
                     (_, RunEvent::Paused) => RunStatus::Paused,
                     (_, RunEvent::Resumed) => RunStatus::Running,
@@ -364,25 +343,19 @@ impl RunView {
                     let from = prev.map(|s| s.as_str()).unwrap_or("(none)");
                     self.bad_lines.push(BadLine {
                         line,
-                        reason: format!(
-                            "task {}: invalid transition {from} -> {} (kept)",
-                            t.task, t.state
-                        ),
+                        reason: format!("task {}: invalid transition {from} -> {} (kept)", t.task, t.state),
                     });
                 }
-                let entry = self
-                    .tasks
-                    .entry(t.task.clone())
-                    .or_insert_with(|| TaskView {
-                        state: t.state,
-                        rc: None,
-                        detail: None,
-                        sha: None,
-                        session_id: None,
-                        attempts: 0,
-                        logfile: None,
-                        ts: rec.ts.clone(),
-                    });
+                let entry = self.tasks.entry(t.task.clone()).or_insert_with(|| TaskView {
+                    state: t.state,
+                    rc: None,
+                    detail: None,
+                    sha: None,
+                    session_id: None,
+                    attempts: 0,
+                    logfile: None,
+                    ts: rec.ts.clone(),
+                });
                 entry.state = t.state;
                 entry.ts = rec.ts.clone();
                 entry.rc = t.rc;
@@ -416,9 +389,7 @@ impl RunView {
                             });
                         }
                     }
-                    (Outcome::Applied | Outcome::Refused, Some(id)) => {
-                        self.pending_steers.retain(|s| &s.id != id)
-                    }
+                    (Outcome::Applied | Outcome::Refused, Some(id)) => self.pending_steers.retain(|s| &s.id != id),
                     _ => {}
                 }
             }
@@ -427,8 +398,7 @@ impl RunView {
 
     /// Task counts by state (every state present, zero included).
     pub fn counts(&self) -> BTreeMap<&'static str, u64> {
-        let mut m: BTreeMap<&'static str, u64> =
-            TaskState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        let mut m: BTreeMap<&'static str, u64> = TaskState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
         for t in self.tasks.values() {
             *m.entry(t.state.as_str()).or_default() += 1;
         }
@@ -454,10 +424,7 @@ fn fold_bytes(view: &mut RunView, buf: &[u8], first_line: u64) -> (usize, u64) {
         if !body.iter().all(u8::is_ascii_whitespace) {
             match parse_line(body) {
                 Ok(rec) => view.apply(line_no, &rec),
-                Err(reason) => view.bad_lines.push(BadLine {
-                    line: line_no,
-                    reason,
-                }),
+                Err(reason) => view.bad_lines.push(BadLine { line: line_no, reason }),
             }
         }
         line_no += 1;
@@ -467,8 +434,7 @@ fn fold_bytes(view: &mut RunView, buf: &[u8], first_line: u64) -> (usize, u64) {
 
 /// Parses and checks one journal line.
 pub fn parse_line(body: &[u8]) -> Result<Record, String> {
-    let rec: Record =
-        serde_json::from_slice(body).map_err(|e| format!("not a runstate/v1 record: {e}"))?;
+    let rec: Record = serde_json::from_slice(body).map_err(|e| format!("not a runstate/v1 record: {e}"))?;
     if rec.v != VERSION {
         return Err(format!("v is {:?}, expected {VERSION:?}", rec.v));
     }
@@ -484,12 +450,7 @@ pub fn replay_bytes(buf: &[u8]) -> RunView {
         match parse_line(rest) {
             // A complete record that only lacks its newline is still a record.
             Ok(rec) => view.apply(line, &rec),
-            Err(reason) => {
-                view.torn_tail = Some(BadLine {
-                    line,
-                    reason: format!("torn tail: {reason}"),
-                })
-            }
+            Err(reason) => view.torn_tail = Some(BadLine { line, reason: format!("torn tail: {reason}") }),
         }
     }
     view
@@ -500,10 +461,7 @@ pub fn replay(path: &Path) -> Result<RunView, JournalError> {
     match std::fs::read(path) {
         Ok(buf) => Ok(replay_bytes(&buf)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(RunView::default()),
-        Err(source) => Err(JournalError::Io {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Err(source) => Err(JournalError::Io { path: path.to_path_buf(), source }),
     }
 }
 
@@ -554,19 +512,9 @@ impl Journal {
             .create(true)
             .mode(0o600)
             .open(path)
-            .map_err(|source| JournalError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let sync = std::env::var("HARNESS_JOURNAL_FSYNC")
-            .map(|v| v != "0")
-            .unwrap_or(true);
-        Ok(Journal {
-            path: path.to_path_buf(),
-            file,
-            cache: Mutex::new((RunView::default(), 0, 1)),
-            sync,
-        })
+            .map_err(|source| JournalError::Io { path: path.to_path_buf(), source })?;
+        let sync = std::env::var("HARNESS_JOURNAL_FSYNC").map(|v| v != "0").unwrap_or(true);
+        Ok(Journal { path: path.to_path_buf(), file, cache: Mutex::new((RunView::default(), 0, 1)), sync })
     }
 
     pub fn path(&self) -> &Path {
@@ -574,10 +522,7 @@ impl Journal {
     }
 
     fn io(&self, source: io::Error) -> JournalError {
-        JournalError::Io {
-            path: self.path.clone(),
-            source,
-        }
+        JournalError::Io { path: self.path.clone(), source }
     }
 
     /// Brings the cached fold up to the file's current end. Call with the flock held.
@@ -591,9 +536,7 @@ impl Journal {
             let mut buf = Vec::with_capacity((len - cache.1) as usize);
             let mut f = &self.file;
             f.seek(SeekFrom::Start(cache.1)).map_err(|e| self.io(e))?;
-            f.take(len - cache.1)
-                .read_to_end(&mut buf)
-                .map_err(|e| self.io(e))?;
+            f.take(len - cache.1).read_to_end(&mut buf).map_err(|e| self.io(e))?;
             let (consumed, next_line) = fold_bytes(&mut cache.0, &buf, cache.2);
             cache.1 += consumed as u64;
             cache.2 = next_line;
@@ -630,14 +573,8 @@ impl Journal {
         if let Body::Task(t) = &rec.body {
             let from = cache.0.state_of(&t.task);
             if !TaskState::can_move(from, t.state) {
-                let from = from
-                    .map(|s| s.as_str().to_string())
-                    .unwrap_or_else(|| "(none)".into());
-                return Err(JournalError::Transition {
-                    task: t.task.clone(),
-                    from,
-                    to: t.state,
-                });
+                let from = from.map(|s| s.as_str().to_string()).unwrap_or_else(|| "(none)".into());
+                return Err(JournalError::Transition { task: t.task.clone(), from, to: t.state });
             }
         }
         let mut line = Vec::with_capacity(256);
@@ -645,9 +582,7 @@ impl Journal {
         let torn = len > cache.1;
         if torn {
             let mut last = [0u8; 1];
-            self.file
-                .read_exact_at(&mut last, len - 1)
-                .map_err(|e| self.io(e))?;
+            self.file.read_exact_at(&mut last, len - 1).map_err(|e| self.io(e))?;
             if last[0] != b'\n' {
                 line.push(b'\n');
             }
@@ -687,36 +622,20 @@ fn validate_shape(rec: &Record) -> Result<(), JournalError> {
     }
     match &rec.body {
         Body::Task(t) => {
-            let missing = |field| JournalError::Missing {
-                task: t.task.clone(),
-                state: t.state,
-                field,
-            };
+            let missing = |field| JournalError::Missing { task: t.task.clone(), state: t.state, field };
             match t.state {
                 TaskState::Halted if t.rc.is_none() => Err(missing("rc")),
-                TaskState::Halted if t.detail.as_deref().unwrap_or("").is_empty() => {
-                    Err(missing("detail"))
-                }
-                TaskState::Committed if t.sha.as_deref().unwrap_or("").is_empty() => {
-                    Err(missing("sha"))
-                }
+                TaskState::Halted if t.detail.as_deref().unwrap_or("").is_empty() => Err(missing("detail")),
+                TaskState::Committed if t.sha.as_deref().unwrap_or("").is_empty() => Err(missing("sha")),
                 _ => Ok(()),
             }
         }
         Body::Control(c) => {
-            if c.verb == Verb::Steer
-                && c.outcome == Outcome::Queued
-                && (c.msg.is_none() || c.id.is_none())
-            {
-                return Err(JournalError::Invalid(
-                    "a queued steer needs msg and id".into(),
-                ));
+            if c.verb == Verb::Steer && c.outcome == Outcome::Queued && (c.msg.is_none() || c.id.is_none()) {
+                return Err(JournalError::Invalid("a queued steer needs msg and id".into()));
             }
             if matches!(c.verb, Verb::Steer | Verb::Kill) && c.task.is_none() {
-                return Err(JournalError::Invalid(format!(
-                    "{} needs a task",
-                    c.verb.as_str()
-                )));
+                return Err(JournalError::Invalid(format!("{} needs a task", c.verb.as_str())));
             }
             Ok(())
         }
@@ -746,11 +665,7 @@ impl Reconciliation {
 
 /// Checks the journal against git and live processes. The journal wins: nothing is rewritten here,
 /// the caller decides (the supervisor's recovery re-dispatches, an operator reads the report).
-pub fn reconcile(
-    view: &RunView,
-    repo: &Path,
-    is_running: impl Fn(&TaskId) -> bool,
-) -> Reconciliation {
+pub fn reconcile(view: &RunView, repo: &Path, is_running: impl Fn(&TaskId) -> bool) -> Reconciliation {
     let mut missing_commits = Vec::new();
     let mut in_flight = Vec::new();
     for (task, t) in &view.tasks {
@@ -819,13 +734,9 @@ mod tests {
     fn append_refuses_invalid_transition_naming_it() {
         let d = tempfile::tempdir().unwrap();
         let j = Journal::open(&d.path().join("x.jsonl")).unwrap();
-        let err = j
-            .append(&Record::task(&t("T1"), TaskState::Gated).into())
-            .unwrap_err()
-            .to_string();
+        let err = j.append(&Record::task(&t("T1"), TaskState::Gated).into()).unwrap_err().to_string();
         assert_eq!(err, "task T1: invalid transition (none) -> gated");
-        j.append(&Record::task(&t("T1"), TaskState::Leased).into())
-            .unwrap();
+        j.append(&Record::task(&t("T1"), TaskState::Leased).into()).unwrap();
         let mut c = Record::task(&t("T1"), TaskState::Committed);
         c.sha = Some("abc".into());
         let err = j.append(&c.into()).unwrap_err().to_string();
@@ -837,20 +748,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("x.jsonl");
         let j = Journal::open(&p).unwrap();
-        j.append(&Record::run(RunEvent::Started, "test", None))
-            .unwrap();
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&p)
-            .unwrap()
-            .write_all(b"{\"v\":\"runstate/v1\",\"ts")
-            .unwrap();
+        j.append(&Record::run(RunEvent::Started, "test", None)).unwrap();
+        std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"v\":\"runstate/v1\",\"ts").unwrap();
         let v = replay(&p).unwrap();
         assert_eq!(v.records, 1);
         assert_eq!(v.torn_tail.as_ref().unwrap().line, 2);
-        let line = j
-            .append(&Record::task(&t("T1"), TaskState::Leased).into())
-            .unwrap();
+        let line = j.append(&Record::task(&t("T1"), TaskState::Leased).into()).unwrap();
         assert_eq!(line, 3);
         let v = replay(&p).unwrap();
         assert_eq!(v.records, 2);

@@ -57,14 +57,7 @@ pub struct Liveness {
 
 impl Liveness {
     pub fn new(run_id: RunId) -> Liveness {
-        Liveness {
-            v: VERSION.into(),
-            run_id,
-            sock: None,
-            supervisor_pid: None,
-            paused: false,
-            tasks: BTreeMap::new(),
-        }
+        Liveness { v: VERSION.into(), run_id, sock: None, supervisor_pid: None, paused: false, tasks: BTreeMap::new() }
     }
 }
 
@@ -82,43 +75,23 @@ pub fn get(path: &Path) -> Result<Option<Liveness>, LivenessError> {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
-            return Err(LivenessError::Io {
-                path: path.into(),
-                source,
-            });
+            return Err(LivenessError::Io { path: path.into(), source });
         }
     };
-    let l: Liveness = serde_json::from_slice(&bytes).map_err(|e| LivenessError::Garbled {
-        path: path.into(),
-        reason: e.to_string(),
-    })?;
+    let l: Liveness = serde_json::from_slice(&bytes)
+        .map_err(|e| LivenessError::Garbled { path: path.into(), reason: e.to_string() })?;
     if l.v != VERSION {
-        return Err(LivenessError::Garbled {
-            path: path.into(),
-            reason: format!("v is {:?}", l.v),
-        });
+        return Err(LivenessError::Garbled { path: path.into(), reason: format!("v is {:?}", l.v) });
     }
     Ok(Some(l))
 }
 
 /// Read-modify-write under `<path>.lock`. A garbled file is replaced (it is only a cache).
-pub fn update<T>(
-    path: &Path,
-    run_id: &RunId,
-    f: impl FnOnce(&mut Liveness) -> T,
-) -> Result<T, LivenessError> {
-    let io_err = |source| LivenessError::Io {
-        path: path.into(),
-        source,
-    };
+pub fn update<T>(path: &Path, run_id: &RunId, f: impl FnOnce(&mut Liveness) -> T) -> Result<T, LivenessError> {
+    let io_err = |source| LivenessError::Io { path: path.into(), source };
     let lock_path = path.with_extension("lock");
-    let lock = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(io_err)?;
+    let lock =
+        OpenOptions::new().create(true).write(true).truncate(false).mode(0o600).open(&lock_path).map_err(io_err)?;
     // SAFETY: flock on a valid fd we own; released when `lock` is closed at the end of this function.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(io_err(io::Error::last_os_error()));
@@ -136,12 +109,7 @@ pub fn update<T>(
 }
 
 /// Sets (or replaces) one task's record.
-pub fn set(
-    path: &Path,
-    run_id: &RunId,
-    task: &TaskId,
-    rec: TaskLiveness,
-) -> Result<(), LivenessError> {
+pub fn set(path: &Path, run_id: &RunId, task: &TaskId, rec: TaskLiveness) -> Result<(), LivenessError> {
     update(path, run_id, |l| {
         l.tasks.insert(task.clone(), rec);
     })
@@ -178,21 +146,14 @@ pub struct ReapReport {
 /// view of each dropped task is returned ("a vanished pid ⇒ consult journal").
 pub fn reap(path: &Path, run_id: &RunId, journal: &RunView) -> Result<ReapReport, LivenessError> {
     if !path.exists() {
-        return Ok(ReapReport {
-            reaped: Vec::new(),
-            supervisor_gone: false,
-        });
+        return Ok(ReapReport { reaped: Vec::new(), supervisor_gone: false });
     }
     update(path, run_id, |l| {
         let mut reaped = Vec::new();
         l.tasks.retain(|task, t| {
             let alive = pid_alive(t.pid);
             if !alive {
-                reaped.push(Reaped {
-                    task: task.clone(),
-                    pid: t.pid,
-                    journal_state: journal.state_of(task),
-                });
+                reaped.push(Reaped { task: task.clone(), pid: t.pid, journal_state: journal.state_of(task) });
             }
             alive
         });
@@ -201,9 +162,6 @@ pub fn reap(path: &Path, run_id: &RunId, journal: &RunView) -> Result<ReapReport
             l.supervisor_pid = None;
             l.sock = None;
         }
-        ReapReport {
-            reaped,
-            supervisor_gone,
-        }
+        ReapReport { reaped, supervisor_gone }
     })
 }

@@ -42,10 +42,7 @@ pub struct Plan {
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error("cannot read plan {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("plan is not valid plan/v1:\n  {}", .0.join("\n  "))]
     Invalid(Vec<String>),
 }
@@ -55,22 +52,18 @@ const TASK_FIELDS: [&str; 7] = ["id", "wave", "adapter", "prompt", "gate", "revi
 
 impl Plan {
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let bytes = std::fs::read(path).map_err(|source| PlanError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let bytes =
+            std::fs::read(path).map_err(|source| PlanError::Read { path: path.display().to_string(), source })?;
         Plan::parse(&bytes)
     }
 
     /// Parses and validates; on failure lists every problem found.
     pub fn parse(bytes: &[u8]) -> Result<Plan, PlanError> {
-        let root: Value = serde_json::from_slice(bytes)
-            .map_err(|e| PlanError::Invalid(vec![format!("not JSON: {e}")]))?;
+        let root: Value =
+            serde_json::from_slice(bytes).map_err(|e| PlanError::Invalid(vec![format!("not JSON: {e}")]))?;
         let mut errs = Vec::new();
         let Some(obj) = root.as_object() else {
-            return Err(PlanError::Invalid(vec![
-                "top level must be an object".into(),
-            ]));
+            return Err(PlanError::Invalid(vec!["top level must be an object".into()]));
         };
         for k in obj.keys().filter(|k| !TOP_FIELDS.contains(&k.as_str())) {
             errs.push(format!("unknown field {k:?}"));
@@ -80,9 +73,7 @@ impl Plan {
             other => errs.push(format!("v: expected \"{VERSION}\", got {other:?}")),
         }
         let slug = match obj.get("slug").and_then(Value::as_str) {
-            Some(s) => Slug::parse(s)
-                .map_err(|e| errs.push(format!("slug: {e}")))
-                .ok(),
+            Some(s) => Slug::parse(s).map_err(|e| errs.push(format!("slug: {e}"))).ok(),
             None => {
                 errs.push("slug: missing (string)".into());
                 None
@@ -107,14 +98,17 @@ impl Plan {
             },
         };
         let mut tasks = Vec::new();
+        // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
+        let mut waves_seen = HashSet::new();
         match obj.get("tasks").and_then(Value::as_array) {
             None => errs.push("tasks: missing (array)".into()),
-            Some(a) if a.is_empty() => {
-                errs.push("tasks: empty (a plan needs at least one task)".into())
-            }
+            Some(a) if a.is_empty() => errs.push("tasks: empty (a plan needs at least one task)".into()),
             Some(a) => {
                 let mut seen = HashSet::new();
                 for (i, t) in a.iter().enumerate() {
+                    if let Some(w) = t.get("wave").and_then(Value::as_u64).filter(|w| (1..=10_000).contains(w)) {
+                        waves_seen.insert(w as u32);
+                    }
                     if let Some(task) = parse_task(i, t, &mut errs) {
                         if !seen.insert(task.id.clone()) {
                             errs.push(format!("tasks[{i}] ({}): duplicate id", task.id));
@@ -124,25 +118,15 @@ impl Plan {
                 }
             }
         }
-        if !tasks.is_empty() {
-            let max = tasks.iter().map(|t| t.wave).max().unwrap_or(0);
-            let present: HashSet<u32> = tasks.iter().map(|t| t.wave).collect();
+        if let Some(&max) = waves_seen.iter().max() {
             for w in 1..=max {
-                if !present.contains(&w) {
-                    errs.push(format!(
-                        "wave {w} is empty (waves must be 1..={max} with no gap)"
-                    ));
+                if !waves_seen.contains(&w) {
+                    errs.push(format!("wave {w} is empty (waves must be 1..={max} with no gap)"));
                 }
             }
         }
         match (errs.is_empty(), slug) {
-            (true, Some(slug)) => Ok(Plan {
-                v: VERSION.into(),
-                slug,
-                base_branch,
-                max_parallel,
-                tasks,
-            }),
+            (true, Some(slug)) => Ok(Plan { v: VERSION.into(), slug, base_branch, max_parallel, tasks }),
             _ => Err(PlanError::Invalid(errs)),
         }
     }
@@ -181,9 +165,7 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
         errs.push(format!("{label}: unknown field {k:?}"));
     }
     let id = match id_str {
-        Some(s) => TaskId::parse(s)
-            .map_err(|e| errs.push(format!("{label}: id: {e}")))
-            .ok(),
+        Some(s) => TaskId::parse(s).map_err(|e| errs.push(format!("{label}: id: {e}"))).ok(),
         None => {
             errs.push(format!("{label}: id: missing (string)"));
             None
@@ -192,22 +174,14 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
     let wave = match o.get("wave").and_then(Value::as_u64) {
         Some(w @ 1..=10_000) => Some(w as u32),
         _ => {
-            errs.push(format!(
-                "{label}: wave: must be an integer >= 1, got {}",
-                o.get("wave").unwrap_or(&Value::Null)
-            ));
+            errs.push(format!("{label}: wave: must be an integer >= 1, got {}", o.get("wave").unwrap_or(&Value::Null)));
             None
         }
     };
     let adapter = match o.get("adapter").and_then(Value::as_str) {
-        Some(a) => a
-            .parse::<Adapter>()
-            .map_err(|e| errs.push(format!("{label}: adapter: {e}")))
-            .ok(),
+        Some(a) => a.parse::<Adapter>().map_err(|e| errs.push(format!("{label}: adapter: {e}"))).ok(),
         None => {
-            errs.push(format!(
-                "{label}: adapter: missing (claude, cursor or codex)"
-            ));
+            errs.push(format!("{label}: adapter: missing (claude, cursor or codex)"));
             None
         }
     };
@@ -237,22 +211,12 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
         }
     };
     if review && adapter == Some(Adapter::Codex) {
-        errs.push(format!(
-            "{label}: review: a codex task is itself a verdict seat and cannot be reviewed"
-        ));
+        errs.push(format!("{label}: review: a codex task is itself a verdict seat and cannot be reviewed"));
     }
     if errs.len() > before {
         return None;
     }
-    Some(Task {
-        id: id?,
-        wave: wave?,
-        adapter: adapter?,
-        prompt: prompt?,
-        gate,
-        review,
-        model,
-    })
+    Some(Task { id: id?, wave: wave?, adapter: adapter?, prompt: prompt?, gate, review, model })
 }
 
 #[cfg(test)]

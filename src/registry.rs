@@ -78,29 +78,20 @@ pub fn write(home: &Home, p: &Pointer) -> Result<PathBuf, RegistryError> {
     let path = home.pointer_path(&p.run_id);
     let mut bytes = serde_json::to_vec_pretty(p).expect("a Pointer always serializes");
     bytes.push(b'\n');
-    home::write_atomic(&path, &bytes, 0o600).map_err(|source| RegistryError::Write {
-        path: path.clone(),
-        source,
-    })?;
+    home::write_atomic(&path, &bytes, 0o600).map_err(|source| RegistryError::Write { path: path.clone(), source })?;
     Ok(path)
 }
 
 /// Parses one pointer file's bytes, checking the version and that the file name matches the runId.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Pointer, RegistryError> {
-    let garbled = |reason: String| RegistryError::Garbled {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let garbled = |reason: String| RegistryError::Garbled { path: path.to_path_buf(), reason };
     let p: Pointer = serde_json::from_slice(bytes).map_err(|e| garbled(e.to_string()))?;
     if p.v != VERSION {
         return Err(garbled(format!("v is {:?}, expected {VERSION:?}", p.v)));
     }
     let expected = format!("{}.json", p.run_id);
     if path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str()) {
-        return Err(garbled(format!(
-            "file name does not match runId {}",
-            p.run_id
-        )));
+        return Err(garbled(format!("file name does not match runId {}", p.run_id)));
     }
     Ok(p)
 }
@@ -128,10 +119,7 @@ pub fn enumerate(home: &Home) -> Result<(Vec<Pointer>, Vec<Skipped>), RegistryEr
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| RegistryError::Read {
-            path: dir.clone(),
-            source,
-        })?;
+        let entry = entry.map_err(|source| RegistryError::Read { path: dir.clone(), source })?;
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
@@ -139,27 +127,16 @@ pub fn enumerate(home: &Home) -> Result<(Vec<Pointer>, Vec<Skipped>), RegistryEr
             continue;
         }
         let pointer = fs::read(&path)
-            .map_err(|e| RegistryError::Garbled {
-                path: path.clone(),
-                reason: e.to_string(),
-            })
+            .map_err(|e| RegistryError::Garbled { path: path.clone(), reason: e.to_string() })
             .and_then(|b| parse(&path, &b));
         match pointer {
             Ok(p) if p.runstate_dir.is_dir() => found.push(p),
             Ok(p) => {
                 let _ = fs::remove_file(&path);
-                skipped.push(Skipped::Reaped {
-                    path,
-                    run_id: p.run_id,
-                });
+                skipped.push(Skipped::Reaped { path, run_id: p.run_id });
             }
-            Err(RegistryError::Garbled { path, reason }) => {
-                skipped.push(Skipped::Garbled { path, reason })
-            }
-            Err(e) => skipped.push(Skipped::Garbled {
-                path,
-                reason: e.to_string(),
-            }),
+            Err(RegistryError::Garbled { path, reason }) => skipped.push(Skipped::Garbled { path, reason }),
+            Err(e) => skipped.push(Skipped::Garbled { path, reason: e.to_string() }),
         }
     }
     found.sort_by(|a, b| a.run_id.cmp(&b.run_id));
@@ -224,12 +201,8 @@ pub struct Registration<'a> {
 /// and writes the pointer. Re-registering the same repo+worktree+slug rewrites the same pointer
 /// (keeping its original `created`).
 pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError> {
-    let canon = |p: &Path| {
-        home::canonical_dir(p).map_err(|source| RegistryError::Read {
-            path: p.to_path_buf(),
-            source,
-        })
-    };
+    let canon =
+        |p: &Path| home::canonical_dir(p).map_err(|source| RegistryError::Read { path: p.to_path_buf(), source });
     let repo_root = canon(r.repo_root)?;
     let worktree = match r.worktree {
         Some(w) => canon(w)?,
@@ -239,16 +212,11 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
         Some(d) => d.to_path_buf(),
         None => repo_root.join("runstate"),
     };
-    std::fs::create_dir_all(&runstate_dir).map_err(|source| RegistryError::Write {
-        path: runstate_dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&runstate_dir)
+        .map_err(|source| RegistryError::Write { path: runstate_dir.clone(), source })?;
     let runstate_dir = canon(&runstate_dir)?;
     let run_id = RunId::derive(&repo_root, &worktree, r.slug);
-    let repo = repo_root
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "/".into());
+    let repo = repo_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into());
     let created = match read(home, &run_id) {
         Ok(old) => old.created,
         Err(_) => crate::journal::now_rfc3339(),
@@ -257,10 +225,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
         v: VERSION.into(),
         run_id,
         slug: r.slug.clone(),
-        project: r
-            .project
-            .map(str::to_string)
-            .unwrap_or_else(|| repo.clone()),
+        project: r.project.map(str::to_string).unwrap_or_else(|| repo.clone()),
         repo,
         branch: git_branch(&worktree),
         repo_root,

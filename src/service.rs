@@ -10,19 +10,12 @@ pub fn init_logging() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let under_journal = std::env::var_os("JOURNAL_STREAM").is_some();
     if under_journal && let Ok(layer) = tracing_journald::layer() {
-        let _ = tracing_subscriber::registry()
-            .with(filter)
-            .with(layer)
-            .try_init();
+        let _ = tracing_subscriber::registry().with(filter).with(layer).try_init();
         return;
     }
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_target(false),
-        )
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false))
         .try_init();
 }
 

@@ -22,18 +22,15 @@ use std::sync::{Arc, Mutex};
 struct Fingerprint(Option<(u64, i64, i64, u64)>);
 
 fn fingerprint(path: &Path) -> Fingerprint {
-    Fingerprint(
-        std::fs::metadata(path)
-            .ok()
-            .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino())),
-    )
+    Fingerprint(std::fs::metadata(path).ok().map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino())))
 }
 
 struct Cached {
     pointer_fp: Fingerprint,
     pointer: Arc<Pointer>,
-    files_fp: [Fingerprint; 3],
-    summary: Arc<Value>,
+    files_fp: [Fingerprint; 2],
+    /// The summary object serialized, without its closing `}`: a warm hit appends `,"live":…}`.
+    summary: Arc<[u8]>,
     /// Supervisor pid and socket from liveness: whether it is alive is checked per request.
     supervisor: Option<(i32, Option<std::path::PathBuf>)>,
 }
@@ -64,8 +61,7 @@ pub struct RunFiles {
 
 impl RunFiles {
     pub fn load(pointer: Pointer) -> Result<RunFiles, DurableError> {
-        let view = journal::replay(&pointer.journal_path())
-            .map_err(|e| DurableError::Internal(e.to_string()))?;
+        let view = journal::replay(&pointer.journal_path()).map_err(|e| DurableError::Internal(e.to_string()))?;
         let plan = match Plan::load(&pointer.plan_path()) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -82,12 +78,7 @@ impl RunFiles {
                 None
             }
         };
-        Ok(RunFiles {
-            pointer,
-            view,
-            plan,
-            liveness,
-        })
+        Ok(RunFiles { pointer, view, plan, liveness })
     }
 
     /// The wave the run is on: the lowest wave holding a task that is not committed.
@@ -96,20 +87,14 @@ impl RunFiles {
         let waves = plan.waves();
         waves
             .iter()
-            .find(|(_, ts)| {
-                ts.iter()
-                    .any(|t| self.view.state_of(&t.id) != Some(TaskState::Committed))
-            })
+            .find(|(_, ts)| ts.iter().any(|t| self.view.state_of(&t.id) != Some(TaskState::Committed)))
             .or_else(|| waves.iter().next_back())
             .map(|(w, _)| *w)
     }
 
     /// True when the liveness sidecar names a supervisor whose pid is alive.
     pub fn supervisor_alive(&self) -> bool {
-        self.liveness
-            .as_ref()
-            .and_then(|l| l.supervisor_pid)
-            .is_some_and(liveness::pid_alive)
+        self.liveness.as_ref().and_then(|l| l.supervisor_pid).is_some_and(liveness::pid_alive)
     }
 
     fn summary(&self) -> Value {
@@ -143,14 +128,12 @@ fn journal_health(v: &RunView) -> Value {
 
 impl Durable {
     pub fn new(home: Home) -> Durable {
-        Durable {
-            home,
-            cache: Mutex::new(HashMap::new()),
-        }
+        Durable { home, cache: Mutex::new(HashMap::new()) }
     }
 
-    /// `GET /runs`: every registered run, sorted by runId. Work is split across the cores.
-    pub fn list_runs(&self) -> Result<Vec<Value>, DurableError> {
+    /// `GET /runs`: every registered run, sorted by runId, as a serialized JSON array. Work is split
+    /// across the cores.
+    pub fn list_runs(&self) -> Result<Vec<u8>, DurableError> {
         let dir = self.home.runs_dir();
         let mut names: Vec<String> = match std::fs::read_dir(&dir) {
             Ok(rd) => rd
@@ -160,56 +143,58 @@ impl Durable {
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => {
-                return Err(DurableError::Internal(format!(
-                    "cannot read {}: {e}",
-                    dir.display()
-                )));
+                return Err(DurableError::Internal(format!("cannot read {}: {e}", dir.display())));
             }
         };
         names.sort();
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .min(8);
+        let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
         let chunk = names.len().div_ceil(threads).max(256);
-        let mut out: Vec<Value> = Vec::with_capacity(names.len());
+        let mut out: Vec<u8> = Vec::with_capacity(names.len() * 600);
+        out.push(b'[');
         std::thread::scope(|s| {
-            let handles: Vec<_> = names
-                .chunks(chunk)
-                .map(|c| s.spawn(move || self.summaries(c)))
-                .collect();
+            let handles: Vec<_> = names.chunks(chunk).map(|c| s.spawn(move || self.summaries(c))).collect();
             for h in handles {
                 match h.join() {
-                    Ok(v) => out.extend(v),
+                    Ok(part) if part.is_empty() => {}
+                    Ok(part) => {
+                        if out.len() > 1 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(&part);
+                    }
                     Err(_) => tracing::error!("a run summary worker panicked"),
                 }
             }
         });
+        out.push(b']');
         Ok(out)
     }
 
-    fn summaries(&self, names: &[String]) -> Vec<Value> {
+    /// Comma-separated summaries of `names`.
+    fn summaries(&self, names: &[String]) -> Vec<u8> {
         let dir = self.home.runs_dir();
-        let mut out = Vec::with_capacity(names.len());
+        let mut out = Vec::with_capacity(names.len() * 600);
         for name in names {
-            if let Some(v) = self.summary_for(&dir, name) {
-                out.push(v);
+            if let Some((summary, live)) = self.summary_for(&dir, name) {
+                if !out.is_empty() {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&summary);
+                out.extend_from_slice(if live { b",\"live\":true}" } else { b",\"live\":false}" });
             }
         }
         out
     }
 
-    /// One run's summary, from the cache when no file it depends on changed.
-    fn summary_for(&self, dir: &Path, name: &str) -> Option<Value> {
+    /// One run's summary (without `live`) and whether its supervisor is alive, from the cache when no
+    /// file it depends on changed.
+    fn summary_for(&self, dir: &Path, name: &str) -> Option<(Arc<[u8]>, bool)> {
         let ppath = dir.join(name);
         let pointer_fp = fingerprint(&ppath);
         pointer_fp.0?;
         let cached_pointer = {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            cache
-                .get(name)
-                .filter(|c| c.pointer_fp == pointer_fp)
-                .map(|c| c.pointer.clone())
+            cache.get(name).filter(|c| c.pointer_fp == pointer_fp).map(|c| c.pointer.clone())
         };
         let pointer = match cached_pointer {
             Some(p) => p,
@@ -220,30 +205,19 @@ impl Durable {
                 match parsed {
                     Ok(p) => Arc::new(p),
                     Err(reason) => {
-                        registry::log_skipped(&[registry::Skipped::Garbled {
-                            path: ppath,
-                            reason,
-                        }]);
+                        registry::log_skipped(&[registry::Skipped::Garbled { path: ppath, reason }]);
                         return None;
                     }
                 }
             }
         };
-        let files_fp = [
-            fingerprint(&pointer.journal_path()),
-            fingerprint(&pointer.plan_path()),
-            fingerprint(&pointer.liveness_path()),
-        ];
+        // The plan copy is written once, before the pointer (`harness run`), so the pointer's own
+        // fingerprint covers it; the journal grows and liveness is replaced (new inode) on each write.
+        let files_fp = [fingerprint(&pointer.journal_path()), fingerprint(&pointer.liveness_path())];
         if files_fp.iter().all(|f| f.0.is_none()) && !pointer.runstate_dir.is_dir() {
             let _ = std::fs::remove_file(&ppath);
-            registry::log_skipped(&[registry::Skipped::Reaped {
-                path: ppath,
-                run_id: pointer.run_id.clone(),
-            }]);
-            self.cache
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(name);
+            registry::log_skipped(&[registry::Skipped::Reaped { path: ppath, run_id: pointer.run_id.clone() }]);
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
             return None;
         }
         let hit = {
@@ -263,29 +237,19 @@ impl Durable {
                         return None;
                     }
                 };
-                let summary = Arc::new(files.summary());
-                let supervisor = files
-                    .liveness
-                    .as_ref()
-                    .and_then(|l| l.supervisor_pid.map(|pid| (pid, l.sock.clone())));
-                let entry = Cached {
-                    pointer_fp,
-                    pointer,
-                    files_fp,
-                    summary: summary.clone(),
-                    supervisor: supervisor.clone(),
-                };
-                self.cache
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(name.to_string(), entry);
+                let mut bytes = serde_json::to_vec(&files.summary()).expect("a Value always serializes");
+                bytes.pop(); // the closing brace: `live` is appended per request
+                let summary: Arc<[u8]> = bytes.into();
+                let supervisor =
+                    files.liveness.as_ref().and_then(|l| l.supervisor_pid.map(|pid| (pid, l.sock.clone())));
+                let entry =
+                    Cached { pointer_fp, pointer, files_fp, summary: summary.clone(), supervisor: supervisor.clone() };
+                self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), entry);
                 (summary, supervisor)
             }
         };
         let live = supervisor.is_some_and(|(pid, _)| liveness::pid_alive(pid));
-        let mut v = (*summary).clone();
-        v["live"] = Value::Bool(live);
-        Some(v)
+        Some((summary, live))
     }
 
     pub fn pointer(&self, run: &RunId) -> Result<Pointer, DurableError> {
@@ -352,18 +316,12 @@ impl Durable {
         let planned = files.plan.as_ref().and_then(|p| p.task(task));
         let journaled = files.view.tasks.get(task);
         if planned.is_none() && journaled.is_none() {
-            return Err(DurableError::UnknownTask {
-                run: run.clone(),
-                task: task.clone(),
-            });
+            return Err(DurableError::UnknownTask { run: run.clone(), task: task.clone() });
         }
         let live_rec = files.liveness.as_ref().and_then(|l| l.tasks.get(task));
         let now = std::time::SystemTime::now();
         let secs_since = |ts: &str| {
-            humantime::parse_rfc3339_weak(ts)
-                .ok()
-                .and_then(|t| now.duration_since(t).ok())
-                .map(|d| d.as_secs_f64())
+            humantime::parse_rfc3339_weak(ts).ok().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs_f64())
         };
         let live = live_rec.map(|l| {
             json!({
@@ -381,9 +339,8 @@ impl Durable {
             .and_then(|j| j.logfile.clone())
             .or_else(|| live_rec.map(|l| l.logfile.clone()))
             .unwrap_or_else(|| files.pointer.default_logfile(task));
-        let session_id = journaled
-            .and_then(|j| j.session_id.clone())
-            .or_else(|| live_rec.and_then(|l| l.session_id.clone()));
+        let session_id =
+            journaled.and_then(|j| j.session_id.clone()).or_else(|| live_rec.and_then(|l| l.session_id.clone()));
         let mut v = task_state_json(&files.view, task);
         v["runId"] = json!(run);
         v["task"] = json!(task);
@@ -392,14 +349,7 @@ impl Durable {
         v["live"] = json!(live);
         v["logfile"] = json!(logfile);
         v["log_exists"] = json!(logfile.exists());
-        v["pending_steers"] = json!(
-            files
-                .view
-                .pending_steers
-                .iter()
-                .filter(|s| &s.task == task)
-                .collect::<Vec<_>>()
-        );
+        v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
         v["supervised"] = json!(files.supervisor_alive());
         Ok(v)
     }

@@ -19,9 +19,7 @@ pub enum Via {
 pub fn check_host(headers: &HeaderMap, via: Via) -> Result<(), String> {
     let mut hosts = headers.get_all(HOST).iter();
     let host = match (hosts.next(), hosts.next()) {
-        (Some(h), None) => h
-            .to_str()
-            .map_err(|_| "Host header is not ASCII".to_string())?,
+        (Some(h), None) => h.to_str().map_err(|_| "Host header is not ASCII".to_string())?,
         (None, _) => return Err("missing Host header".into()),
         (Some(_), Some(_)) => return Err("more than one Host header".into()),
     };
@@ -29,26 +27,20 @@ pub fn check_host(headers: &HeaderMap, via: Via) -> Result<(), String> {
         Via::Tcp(port) => allowed_tcp_host(host, port),
         Via::Unix => host == "localhost" || host == "127.0.0.1" || allowed_any_port(host),
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("Host {host:?} is not a loopback name of this API"))
-    }
+    if ok { Ok(()) } else { Err(format!("Host {host:?} is not a loopback name of this API")) }
 }
 
 fn allowed_tcp_host(host: &str, port: u16) -> bool {
     let p = port.to_string();
-    let with_port =
-        |name: &str| host.strip_prefix(name).and_then(|r| r.strip_prefix(':')) == Some(p.as_str());
+    let with_port = |name: &str| host.strip_prefix(name).and_then(|r| r.strip_prefix(':')) == Some(p.as_str());
     let bare_ok = port == 80 && matches!(host, "127.0.0.1" | "localhost" | "[::1]");
     bare_ok || with_port("127.0.0.1") || with_port("localhost") || with_port("[::1]")
 }
 
 fn allowed_any_port(host: &str) -> bool {
-    ["127.0.0.1:", "localhost:", "[::1]:"].iter().any(|n| {
-        host.strip_prefix(n)
-            .is_some_and(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
-    })
+    ["127.0.0.1:", "localhost:", "[::1]:"]
+        .iter()
+        .any(|n| host.strip_prefix(n).is_some_and(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit())))
 }
 
 #[cfg(test)]

@@ -39,9 +39,7 @@ pub struct Api {
 
 impl Api {
     pub fn new(home: crate::home::Home) -> Api {
-        Api {
-            durable: Durable::new(home),
-        }
+        Api { durable: Durable::new(home) }
     }
 }
 
@@ -55,8 +53,7 @@ pub fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
     body.push(b'\n');
     let mut r = Response::new(full(body));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
@@ -78,23 +75,14 @@ fn durable_error(e: DurableError) -> Response<Body> {
 }
 
 /// Runs blocking filesystem work off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Response<Body>> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("worker failed: {e}"),
-        )
-    })
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response<Body>> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("worker failed: {e}")))
 }
 
 /// Handles one request.
-pub async fn handle(
-    api: Arc<Api>,
-    via: Via,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+pub async fn handle(api: Arc<Api>, via: Via, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     if let Err(detail) = guard::check_host(req.headers(), via) {
         return Ok(error_response(StatusCode::FORBIDDEN, detail));
     }
@@ -108,67 +96,44 @@ pub async fn handle(
     if !route.methods().contains(&req.method().as_str()) {
         let mut r = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
-            format!(
-                "{} not allowed here; allowed: {}",
-                req.method(),
-                route.methods().join(", ")
-            ),
+            format!("{} not allowed here; allowed: {}", req.method(), route.methods().join(", ")),
         );
-        r.headers_mut()
-            .insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
+        r.headers_mut().insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
         return Ok(r);
     }
     Ok(dispatch(api, route, req).await.unwrap_or_else(|r| r))
 }
 
-async fn dispatch(
-    api: Arc<Api>,
-    route: Route,
-    _req: Request<Incoming>,
-) -> Result<Response<Body>, Response<Body>> {
+async fn dispatch(api: Arc<Api>, route: Route, _req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
     match route {
         Route::Runs => {
             let a = api.clone();
-            let runs = blocking(move || a.durable.list_runs())
-                .await?
-                .map_err(durable_error)?;
-            Ok(json_response(StatusCode::OK, &Value::Array(runs)))
+            let runs = blocking(move || a.durable.list_runs()).await?.map_err(durable_error)?;
+            let mut r = Response::new(full(runs));
+            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Ok(r)
         }
         Route::Run(run) => {
             let a = api.clone();
-            let v = blocking(move || a.durable.run_detail(&run))
-                .await?
-                .map_err(durable_error)?;
+            let v = blocking(move || a.durable.run_detail(&run)).await?.map_err(durable_error)?;
             Ok(json_response(StatusCode::OK, &v))
         }
         Route::Task(run, task) => {
             let a = api.clone();
-            let v = blocking(move || a.durable.task_detail(&run, &task))
-                .await?
-                .map_err(durable_error)?;
+            let v = blocking(move || a.durable.task_detail(&run, &task)).await?.map_err(durable_error)?;
             Ok(json_response(StatusCode::OK, &v))
         }
-        other => Err(error_response(
-            StatusCode::NOT_FOUND,
-            format!("route {other:?} is not served by this build"),
-        )),
+        other => Err(error_response(StatusCode::NOT_FOUND, format!("route {other:?} is not served by this build"))),
     }
 }
 
 /// Serves `listeners` until `shutdown` flips to true, then stops accepting and lets in-flight
 /// responses finish (bounded by `grace`).
-pub async fn serve(
-    api: Arc<Api>,
-    listeners: Vec<Listener>,
-    mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
-) {
+pub async fn serve(api: Arc<Api>, listeners: Vec<Listener>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     // Slowloris defence: a client gets this long to send its request head.
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10));
+    builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10));
     let builder = Arc::new(builder);
     let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(Box<dyn ConnIo>, Via)>(64);
     let mut accepters = Vec::new();
@@ -210,10 +175,7 @@ pub async fn serve(
     for a in accepters {
         a.abort();
     }
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!("in-flight responses did not finish within {grace:?}; exiting anyway");
     }
 }
@@ -229,10 +191,7 @@ async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Via)> {
             let _ = s.set_nodelay(true);
             (Box::new(s) as Box<dyn ConnIo>, Via::Tcp(port))
         }),
-        Listener::Unix(u) => u
-            .accept()
-            .await
-            .map(|(s, _)| (Box::new(s) as Box<dyn ConnIo>, Via::Unix)),
+        Listener::Unix(u) => u.accept().await.map(|(s, _)| (Box::new(s) as Box<dyn ConnIo>, Via::Unix)),
     };
     match r {
         Ok(c) => Some(c),

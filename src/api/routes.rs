@@ -22,11 +22,7 @@ impl Route {
     /// The HTTP methods the route answers (for 405 and `Allow`).
     pub fn methods(&self) -> &'static [&'static str] {
         match self {
-            Route::Runs
-            | Route::Run(_)
-            | Route::Task(..)
-            | Route::Stream(..)
-            | Route::Events(..) => &["GET"],
+            Route::Runs | Route::Run(_) | Route::Task(..) | Route::Stream(..) | Route::Events(..) => &["GET"],
             Route::Steer(..) | Route::Kill(..) | Route::Pause(_) | Route::Resume(_) => &["POST"],
         }
     }
@@ -49,9 +45,7 @@ pub fn percent_decode(s: &str) -> Result<String, String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = b
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok());
+            let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
             let v = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
             match v {
                 Some(v) => out.push(v),
@@ -78,9 +72,7 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
     if segs.first() != Some(&"runs") {
         return Err(not_found());
     }
-    let decode = |s: &str| {
-        percent_decode(s).map_err(|e| RouteError::BadSegment(format!("{}: {e}", shorten(s))))
-    };
+    let decode = |s: &str| percent_decode(s).map_err(|e| RouteError::BadSegment(format!("{}: {e}", shorten(s))));
     let run = |s: &str| -> Result<RunId, RouteError> { Ok(RunId::parse(&decode(s)?)?) };
     let task = |s: &str| -> Result<TaskId, RouteError> { Ok(TaskId::parse(&decode(s)?)?) };
     Ok(match segs.as_slice() {
@@ -127,17 +119,9 @@ mod tests {
     fn matches_routes() {
         assert_eq!(route("/runs").unwrap(), Route::Runs);
         assert_eq!(route("/runs/").unwrap(), Route::Runs);
-        assert!(matches!(
-            route(&format!("/runs/{RUN}")).unwrap(),
-            Route::Run(_)
-        ));
-        assert!(matches!(
-            route(&format!("/runs/{RUN}/tasks/T1/stream")).unwrap(),
-            Route::Stream(..)
-        ));
-        assert!(
-            matches!(route(&format!("/runs/{RUN}/tasks/T%31")).unwrap(), Route::Task(_, t) if t.as_str() == "T1")
-        );
+        assert!(matches!(route(&format!("/runs/{RUN}")).unwrap(), Route::Run(_)));
+        assert!(matches!(route(&format!("/runs/{RUN}/tasks/T1/stream")).unwrap(), Route::Stream(..)));
+        assert!(matches!(route(&format!("/runs/{RUN}/tasks/T%31")).unwrap(), Route::Task(_, t) if t.as_str() == "T1"));
     }
 
     #[test]
@@ -160,9 +144,6 @@ mod tests {
     fn unknown_is_not_found() {
         assert!(matches!(route("/"), Err(RouteError::NotFound(_))));
         assert!(matches!(route("/etc/passwd"), Err(RouteError::NotFound(_))));
-        assert!(matches!(
-            route(&format!("/runs/{RUN}/nope")),
-            Err(RouteError::NotFound(_))
-        ));
+        assert!(matches!(route(&format!("/runs/{RUN}/nope")), Err(RouteError::NotFound(_))));
     }
 }

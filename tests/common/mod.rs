@@ -1,0 +1,232 @@
+//! Test support shared by the integration tests: temp homes, the real `harness` binary as a child
+//! process (killed on drop), and a raw HTTP/1.1 client that can send any bytes (hostile paths,
+//! forged Host headers) over loopback.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_harness"))
+}
+
+pub fn repo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `harness` with `HARNESS_HOME` set (and fsync off: tests hammer the journal on tmp dirs).
+pub fn harness(home: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.env("HARNESS_HOME", home).env("HARNESS_JOURNAL_FSYNC", "0").env("RUST_LOG", "warn").stdin(Stdio::null());
+    c
+}
+
+/// Runs `harness args…`, returning (exit code, stdout, stderr).
+pub fn cli(home: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = harness(home).args(args).output().expect("spawn harness");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Installs the fixture runs into `home`; returns (fixture name, runId) pairs.
+pub fn install_fixture_runs(home: &Path) -> Vec<(String, String)> {
+    let out = Command::new(repo_dir().join("fixtures/runs/setup.sh"))
+        .arg(home)
+        .arg(bin())
+        .env("HARNESS_JOURNAL_FSYNC", "0")
+        .output()
+        .expect("run setup.sh");
+    assert!(out.status.success(), "setup.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once('\t').unwrap();
+            (a.to_string(), b.to_string())
+        })
+        .collect()
+}
+
+pub fn run_id_of(runs: &[(String, String)], name: &str) -> String {
+    runs.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no fixture {name}")).1.clone()
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct Proc {
+    pub child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `harness api` on an ephemeral loopback port.
+pub struct ApiProc {
+    pub proc: Proc,
+    pub port: u16,
+}
+
+impl ApiProc {
+    pub fn start(home: &Path, extra: &[&str]) -> ApiProc {
+        let mut cmd = harness(home);
+        cmd.args(["api", "--listen", "127.0.0.1:0"]).args(extra).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn harness api");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read listen line");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line from harness api: {line:?}"));
+        ApiProc { proc: Proc { child }, port }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        http(self.port, "GET", path, &[], None)
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`. `Host: 127.0.0.1:<port>` unless `headers` has one.
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    let mut raw = req.into_bytes();
+    if let Some(b) = body {
+        raw.extend_from_slice(b);
+    }
+    http_raw(port, &raw)
+}
+
+/// Sends raw bytes, reads the whole response until the server closes.
+pub fn http_raw(port: u16, raw: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(raw).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    parse_response(&buf)
+}
+
+pub fn parse_response(buf: &[u8]) -> Resp {
+    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| {
+        panic!("no response head in {:?}", String::from_utf8_lossy(buf));
+    });
+    let head = String::from_utf8_lossy(&buf[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))).collect();
+    let mut body = buf[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    Resp { status, headers, body }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 2 + n + 2..];
+    }
+    out
+}
+
+/// Polls `f` until it returns Some or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Compiles a JSON Schema file from `spec/`.
+pub fn schema(name: &str) -> jsonschema::Validator {
+    let text = std::fs::read_to_string(repo_dir().join("spec").join(name)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::options().should_validate_formats(true).build(&v).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Asserts `v` validates against `validator`, listing every error.
+pub fn assert_valid(validator: &jsonschema::Validator, v: &serde_json::Value, what: &str) {
+    let errs: Vec<String> = validator.iter_errors(v).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errs.is_empty(), "{what} violates its schema:\n{}\n{v}", errs.join("\n"));
+}
+
+/// Makes a git repo with one commit in `dir`.
+pub fn git_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let git = |args: &[&str]| {
+        let st = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&st.stderr));
+        String::from_utf8_lossy(&st.stdout).trim().to_string()
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(dir.join("README"), "x\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-qm", "init"]);
+}
+
+pub fn git_head(dir: &Path) -> String {
+    let o = Command::new("git").arg("-C").arg(dir).args(["rev-parse", "HEAD"]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
