@@ -44,6 +44,24 @@ enum Cmd {
     /// Plan files.
     #[command(subcommand)]
     Plan(PlanCmd),
+    /// Normalize an engine's raw stream (stdin) into events/v1 JSON lines (stdout).
+    NormalizeEvents {
+        /// claude, cursor or codex.
+        adapter: String,
+        #[arg(long, default_value = "-")]
+        run: String,
+        #[arg(long, default_value = "-")]
+        task: String,
+        /// Session id for lines that carry none.
+        #[arg(long)]
+        session: Option<String>,
+        /// Ordinal of the first stdin line in its logfile (a tail that starts mid-file keeps ordinals).
+        #[arg(long, default_value_t = 1)]
+        first_line: u64,
+        /// Fixed observed time for lines without their own timestamp (default: when each line is read).
+        #[arg(long)]
+        observed_ts: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -230,12 +248,93 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             print_json(&liveness::reap(&p.liveness_path(), &p.run_id, &view)?);
             Ok(())
         }
+        Cmd::NormalizeEvents { adapter, run, task, session, first_line, observed_ts } => {
+            let adapter: crate::adapter::Adapter = adapter.parse().map_err(usage)?;
+            if first_line == 0 {
+                return Err(usage("--first-line is 1-based"));
+            }
+            if let Some(ts) = &observed_ts {
+                humantime::parse_rfc3339_weak(ts).map_err(|e| usage(format!("--observed-ts {ts:?}: {e}")))?;
+            }
+            normalize_events(adapter, &run, &task, session.as_deref(), first_line, observed_ts.as_deref())
+        }
         Cmd::Plan(PlanCmd::Check { plan }) => {
             let p = Plan::load(&plan).map_err(usage)?;
             out(&format!("ok: plan {} with {} tasks in {} waves", p.slug, p.tasks.len(), p.waves().len()));
             Ok(())
         }
     }
+}
+
+/// Streams stdin through the normalizer. Lines are split in place in a large read buffer (no
+/// per-line copy); output is written whenever no more input is waiting, so the command works both as
+/// a live filter and at bulk speed. A final line without a newline is normalized at EOF.
+fn normalize_events(
+    adapter: crate::adapter::Adapter,
+    run: &str,
+    task: &str,
+    session: Option<&str>,
+    first_line: u64,
+    fixed_ts: Option<&str>,
+) -> Result<(), Fail> {
+    use std::io::{Read, Write};
+    const CHUNK: usize = 1 << 20;
+    let writer = crate::events::Writer::new(run, task);
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    // buf[..filled] holds unread input; it grows only for a line longer than the buffer.
+    let mut buf: Vec<u8> = vec![0; 2 * CHUNK];
+    let mut filled = 0;
+    let mut out: Vec<u8> = Vec::with_capacity(2 * CHUNK);
+    let mut line_no = first_line;
+    let mut eof = false;
+    while !eof {
+        if buf.len() - filled < CHUNK {
+            buf.resize(filled + CHUNK, 0);
+        }
+        let n = loop {
+            match stdin.read(&mut buf[filled..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let fresh = filled;
+        filled += n;
+        eof = n == 0;
+        // Complete lines (all of the rest at EOF). Only the new bytes can hold a new newline.
+        let complete =
+            if eof { filled } else { memchr::memrchr(b'\n', &buf[fresh..filled]).map_or(0, |i| fresh + i + 1) };
+        if complete > 0 {
+            let now;
+            let observed_ts = match fixed_ts {
+                Some(t) => t,
+                None => {
+                    now = journal::now_rfc3339();
+                    &now
+                }
+            };
+            let ctx = crate::normalize::Context { run, task, session, observed_ts };
+            let mut rest = &buf[..complete];
+            while !rest.is_empty() {
+                let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1);
+                for e in crate::normalize::normalize_line(adapter, line_no, &rest[..end], &ctx) {
+                    writer.write_line(&e, &mut out);
+                }
+                line_no += 1;
+                rest = &rest[end..];
+            }
+            buf.copy_within(complete..filled, 0);
+            filled -= complete;
+        }
+        if (n < CHUNK || out.len() >= CHUNK || eof) && !out.is_empty() {
+            if stdout.write_all(&out).and_then(|_| stdout.flush()).is_err() {
+                return Ok(()); // stdout closed: nobody is listening any more
+            }
+            out.clear();
+        }
+    }
+    Ok(())
 }
 
 /// Tells whoever started a daemon where it listens; a closed stdout is not the daemon's problem.

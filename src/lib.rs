@@ -5,10 +5,12 @@
 pub mod adapter;
 pub mod api;
 pub mod cli;
+pub mod events;
 pub mod home;
 pub mod ids;
 pub mod journal;
 pub mod liveness;
+pub mod normalize;
 pub mod plan;
 pub mod registry;
 pub mod service;
