@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# na.sh — dispatch one Claude Code turn (the "north" engine, direct or through claude-code-router).
+#
+#   na.sh --prompt-file F --cwd DIR --log FILE --timeout SECS [--model M]
+#         [--session-id UUID | --resume UUID] [--interactive]
+#
+# Runs `claude -p <prompt> --output-format stream-json --verbose --include-partial-messages
+# --session-id <uuid>` (or `--resume <uuid>`), stdout appended to FILE. The session id is assigned
+# before the turn (the harness passes one; by hand the wrapper makes one), so kill-then-resume works
+# before the first token. Contract: spec/WRAPPER-CONTRACT.md.
+# shellcheck source-path=SCRIPTDIR
+set -uo pipefail
+WRAPPER_NAME=na.sh
+# shellcheck source=_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/_lib.sh"
+ensure_group_leader "$@"
+parse_flags "$@"
+
+if [ "$INTERACTIVE" = 1 ]; then
+  # Design §6: the live-claude seam (--input-format stream-json with stdin open) is declared, not
+  # built. Plan dispatch closes stdin, so a mid-turn message can never reach the engine here.
+  finish "$EX_INTERACTIVE" "interactive: live mid-turn input needs an open stdin (claude --input-format stream-json); plan dispatch runs with stdin closed, so this seam is not wired (design §6)" 0
+fi
+
+find_engine HARNESS_CLAUDE_BIN claude
+if [ -n "$RESUME" ]; then
+  SESSION_ID=$RESUME
+  session_flags=(--resume "$RESUME")
+else
+  SESSION_ID=${SESSION_ARG:-$(cat /proc/sys/kernel/random/uuid 2> /dev/null || uuidgen | tr '[:upper:]' '[:lower:]')}
+  session_flags=(--session-id "$SESSION_ID")
+fi
+printf '%s: claude session %s\n' "$WRAPPER_NAME" "$SESSION_ID" >&2
+
+# Permissions: headless turns cannot answer prompts. Edits are accepted and the listed tools allowed
+# (HARNESS_CLAUDE_ALLOWED_TOOLS). HARNESS_CLAUDE_SKIP_PERMISSIONS=1 opts into
+# --dangerously-skip-permissions instead (claude refuses it as root unless IS_SANDBOX=1).
+if [ "${HARNESS_CLAUDE_SKIP_PERMISSIONS:-0}" = 1 ]; then
+  perm_flags=(--dangerously-skip-permissions)
+else
+  perm_flags=(--permission-mode acceptEdits --allowedTools "${HARNESS_CLAUDE_ALLOWED_TOOLS:-Bash Edit Write Read Glob Grep MultiEdit}")
+fi
+model_flags=()
+[ -n "$MODEL" ] && model_flags=(--model "$MODEL")
+
+# ANTHROPIC_* reach claude-code-router too (point ANTHROPIC_BASE_URL at it; never `ccr code`).
+mapfile -t engine_env < <(compgen -e | grep '^CLAUDE_CODE_')
+scoped_env "${engine_env[@]}" ANTHROPIC_BASE_URL ANTHROPIC_AUTH_TOKEN ANTHROPIC_API_KEY ANTHROPIC_MODEL \
+  ANTHROPIC_SMALL_FAST_MODEL CLAUDE_CONFIG_DIR XDG_CONFIG_HOME DISABLE_TELEMETRY DISABLE_AUTOUPDATER \
+  IS_SANDBOX
+prompt=$(cat "$PROMPT_FILE")
+run_engine "$ENGINE" -p "$prompt" --output-format stream-json --verbose --include-partial-messages \
+  "${session_flags[@]}" "${model_flags[@]}" "${perm_flags[@]}"
+judge_exit
+
+# claude's result.subtype says "success" even on failure: is_error is the truth.
+result=$(turn_output | grep '"type":"result"' | tail -n 1)
+collect_files
+if [ -z "$result" ]; then
+  finish "$EX_ENGINE" "engine failed: claude exited 0 without a result line"
+fi
+if printf '%s' "$result" | grep -q '"is_error":true'; then
+  reason=$(printf '%s' "$result" | sed -n 's/.*"terminal_reason":"\([^"]*\)".*/\1/p')
+  finish "$EX_ENGINE" "engine failed: claude reported an error${reason:+ ($reason)}"
+fi
+finish "$EX_OK" "claude turn completed"
