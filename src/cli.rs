@@ -44,6 +44,39 @@ enum Cmd {
     /// Plan files.
     #[command(subcommand)]
     Plan(PlanCmd),
+    /// Start a run of PLAN.json: batch in the foreground, or with a supervisor (--supervised).
+    Run {
+        plan: PathBuf,
+        /// The repository (default: the git top level of the current directory).
+        #[arg(long)]
+        repo: Option<PathBuf>,
+        /// A separate worktree of the repository to work in (default: the repository itself).
+        #[arg(long)]
+        worktree: Option<PathBuf>,
+        #[arg(long)]
+        project: Option<String>,
+        /// Run with a supervisor: control socket, liveness, live verbs.
+        #[arg(long)]
+        supervised: bool,
+        /// With --supervised: supervise in this process instead of a detached one.
+        #[arg(long)]
+        foreground: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Supervise a registered run (what systemd or `harness run --supervised` starts).
+    Supervise {
+        run: String,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Stop a supervised run: kill its running tasks; the run ends failed.
+    Stop { run: String },
+    /// Ask a run's supervisor for its status (over the control socket).
+    Status { run: String },
+    /// The DynWF inbox of a run (DynWF runs have no supervisor socket).
+    #[command(subcommand)]
+    Inbox(InboxCmd),
     /// Normalize an engine's raw stream (stdin) into events/v1 JSON lines (stdout).
     NormalizeEvents {
         /// claude, cursor or codex.
@@ -62,6 +95,68 @@ enum Cmd {
         #[arg(long)]
         observed_ts: Option<String>,
     },
+}
+
+/// Supervisor tuning.
+#[derive(clap::Args, Clone)]
+struct Tuning {
+    /// Stay up this long with nothing to do (halted tasks, paused) before ending the run failed.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    linger: std::time::Duration,
+    /// TERM → KILL grace when killing a task's process group.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    kill_grace: std::time::Duration,
+    /// Bound of one agent turn.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    turn_timeout: std::time::Duration,
+    /// Bound of one gate command.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    gate_timeout: std::time::Duration,
+}
+
+impl Tuning {
+    fn options(&self) -> crate::supervisor::Options {
+        crate::supervisor::Options {
+            kill_grace: self.kill_grace,
+            linger: self.linger,
+            turn_timeout_s: self.turn_timeout.as_secs().max(1),
+            gate_timeout: self.gate_timeout,
+            batch: false,
+            listener: None,
+        }
+    }
+    fn args(&self) -> Vec<String> {
+        let f = |d: std::time::Duration| humantime::format_duration(d).to_string().replace(' ', "");
+        vec![
+            "--linger".into(),
+            f(self.linger),
+            "--kill-grace".into(),
+            f(self.kill_grace),
+            "--turn-timeout".into(),
+            f(self.turn_timeout),
+            "--gate-timeout".into(),
+            f(self.gate_timeout),
+        ]
+    }
+}
+
+#[derive(Subcommand)]
+enum InboxCmd {
+    /// Queue a verb for a DynWF run (steer, pause, resume; kill is refused). Prints the entry.
+    Append {
+        run: String,
+        verb: String,
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long)]
+        msg: Option<String>,
+        #[arg(long)]
+        interrupt: bool,
+        #[arg(long, default_value = "cli")]
+        by: String,
+    },
+    /// Take the verbs not taken yet (exactly once), journaling each. Prints a JSON array.
+    Take { run: String },
 }
 
 #[derive(Subcommand)]
@@ -248,6 +343,34 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             print_json(&liveness::reap(&p.liveness_path(), &p.run_id, &view)?);
             Ok(())
         }
+        Cmd::Run { plan, repo, worktree, project, supervised, foreground, tuning } => {
+            run_plan(&plan, repo, worktree, project, supervised, foreground, &tuning)
+        }
+        Cmd::Supervise { run, tuning } => supervise(&run, &tuning),
+        Cmd::Stop { run } => control_verb(&run, "stop"),
+        Cmd::Status { run } => control_verb(&run, "status"),
+        Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
+            let p = pointer(&home()?, &run)?;
+            let verb = match verb.as_str() {
+                "steer" => journal::Verb::Steer,
+                "kill" => journal::Verb::Kill,
+                "pause" => journal::Verb::Pause,
+                "resume" => journal::Verb::Resume,
+                "stop" => journal::Verb::Stop,
+                other => return Err(usage(format!("unknown verb {other:?}: steer, pause or resume"))),
+            };
+            let task = task.map(|t| TaskId::parse(&t)).transpose().map_err(usage)?;
+            let e = crate::inbox::append(&p, verb, task, msg, interrupt, &by)
+                .map_err(|e| Fail(if e.status == 400 { 2 } else { 1 }, e.detail))?;
+            print_json(&e);
+            Ok(())
+        }
+        Cmd::Inbox(InboxCmd::Take { run }) => {
+            let p = pointer(&home()?, &run)?;
+            let taken = crate::inbox::take(&p).map_err(|e| Fail(1, e.detail))?;
+            print_json(&taken);
+            Ok(())
+        }
         Cmd::NormalizeEvents { adapter, run, task, session, first_line, observed_ts } => {
             let adapter: crate::adapter::Adapter = adapter.parse().map_err(usage)?;
             if first_line == 0 {
@@ -264,6 +387,116 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             Ok(())
         }
     }
+}
+
+fn run_plan(
+    plan: &std::path::Path,
+    repo: Option<PathBuf>,
+    worktree: Option<PathBuf>,
+    project: Option<String>,
+    supervised: bool,
+    foreground: bool,
+    tuning: &Tuning,
+) -> Result<(), Fail> {
+    if foreground && !supervised {
+        return Err(usage("--foreground needs --supervised (an unsupervised run always runs in the foreground)"));
+    }
+    let home = home()?;
+    let launch = crate::runner::Launch {
+        plan_path: plan,
+        repo: repo.as_deref(),
+        worktree: worktree.as_deref(),
+        project: project.as_deref(),
+        supervised,
+    };
+    let (plan, p) = crate::runner::register(&home, &launch).map_err(|e| match e {
+        crate::runner::RunError::Invalid(d) => Fail(2, d),
+        crate::runner::RunError::Failed(d) => Fail(1, d),
+    })?;
+    let id = p.run_id.clone();
+    let watch = |how: &str| {
+        out(&format!("run {id} started ({how})"));
+        out(&format!("  status:  curl -s 127.0.0.1:7878/runs/{id}    (with `harness api` running)"));
+        if let Some(t) = plan.tasks.first() {
+            out(&format!("  watch:   harness watch {id} {}", t.id));
+            out(&format!("  steer:   harness steer {id} {} \"message\"", t.id));
+            out(&format!("  kill:    harness kill {id} {}", t.id));
+        }
+        out(&format!("  pause:   harness pause {id}      stop: harness stop {id}"));
+    };
+    if !supervised {
+        out(&format!("run {id} started (batch, foreground)"));
+        let mut opts = tuning.options();
+        opts.batch = true;
+        return finish_supervise(&id, home, opts);
+    }
+    if foreground {
+        watch("supervised in this process");
+        return finish_supervise(&id, home, tuning.options());
+    }
+    let how = if crate::runner::systemd_units_available() {
+        crate::runner::start_with_systemd(&id)
+    } else {
+        crate::runner::start_detached(&home, &p, &tuning.args())
+    }
+    .map_err(|e| Fail(1, e.to_string()))?;
+    watch(&how);
+    Ok(())
+}
+
+fn supervise(run: &str, tuning: &Tuning) -> Result<(), Fail> {
+    let id = RunId::parse(run).map_err(usage)?;
+    let mut opts = tuning.options();
+    // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before
+    // the runtime's threads exist (listenfd edits the environment).
+    let mut fds = listenfd::ListenFd::from_env();
+    if let Ok(Some(l)) = fds.take_unix_listener(0) {
+        opts.listener = Some(l);
+    }
+    finish_supervise(&id, home()?, opts)
+}
+
+fn finish_supervise(id: &RunId, home: Home, opts: crate::supervisor::Options) -> Result<(), Fail> {
+    let batch = opts.batch;
+    let rt = tokio::runtime::Runtime::new()?;
+    let ending = rt
+        .block_on(crate::supervisor::supervise(home, id.clone(), opts, crate::service::terminated()))
+        .map_err(|e| Fail(1, e.to_string()))?;
+    use crate::supervisor::Ending;
+    match ending {
+        Ending::Finished => out(&format!("run {id} finished")),
+        Ending::AlreadyOver(d) => out(&d),
+        Ending::Interrupted => {
+            out(&format!("run {id}: supervisor interrupted; running turns were killed and will be re-dispatched"))
+        }
+        Ending::Failed(d) => {
+            // A supervisor exits 0 on a clean ending (a restart would not help); batch reports it.
+            if batch {
+                return Err(Fail(1, format!("run {id} failed: {d}")));
+            }
+            out(&format!("run {id} failed: {d}"));
+        }
+    }
+    Ok(())
+}
+
+fn control_verb(run: &str, verb: &str) -> Result<(), Fail> {
+    let home = home()?;
+    let p = pointer(&home, run)?;
+    let sock = home.socket_path(&p.run_id);
+    let req = crate::supervisor::control::Request {
+        verb: verb.into(),
+        task: None,
+        msg: None,
+        interrupt: None,
+        by: Some("cli".into()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let resp = rt
+        .block_on(crate::supervisor::control::request(&sock, &req, std::time::Duration::from_secs(30)))
+        .map_err(|e| Fail(1, format!("run {} is not live ({e})", p.run_id)))?;
+    print_json(&resp);
+    if resp["ok"] == true { Ok(()) } else { Err(Fail(1, resp["detail"].as_str().unwrap_or("refused").to_string())) }
 }
 
 /// Streams stdin through the normalizer. Lines are split in place in a large read buffer (no

@@ -178,6 +178,9 @@ pub struct TaskRecord {
     /// The wrapper's logfile (on `leased`), so the durable tier finds it without liveness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logfile: Option<PathBuf>,
+    /// Paths the turn changed (on `implemented`, from the status line): what the commit takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -217,6 +220,7 @@ impl Record {
             session_id: None,
             attempt: None,
             logfile: None,
+            files: None,
         }
     }
 }
@@ -268,6 +272,8 @@ pub struct TaskView {
     pub session_id: Option<String>,
     pub attempts: u32,
     pub logfile: Option<PathBuf>,
+    /// Paths of the last implemented turn.
+    pub files: Option<Vec<String>>,
     /// Timestamp of the last record about this task.
     pub ts: String,
 }
@@ -304,6 +310,9 @@ pub struct RunView {
     pub torn_tail: Option<BadLine>,
     /// Timestamp of the last valid record.
     pub last_ts: Option<String>,
+    /// Every `id` carried by a control record (steer queue ids, taken inbox entries).
+    #[serde(skip)]
+    pub control_ids: std::collections::BTreeSet<String>,
 }
 
 impl Default for RunView {
@@ -316,6 +325,7 @@ impl Default for RunView {
             bad_lines: Vec::new(),
             torn_tail: None,
             last_ts: None,
+            control_ids: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -354,6 +364,7 @@ impl RunView {
                     session_id: None,
                     attempts: 0,
                     logfile: None,
+                    files: None,
                     ts: rec.ts.clone(),
                 });
                 entry.state = t.state;
@@ -369,11 +380,17 @@ impl RunView {
                 if t.logfile.is_some() {
                     entry.logfile = t.logfile.clone();
                 }
+                if t.files.is_some() {
+                    entry.files = t.files.clone();
+                }
                 if t.state == TaskState::Leased {
                     entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
                 }
             }
             Body::Control(c) => {
+                if let Some(id) = &c.id {
+                    self.control_ids.insert(id.clone());
+                }
                 if c.verb != Verb::Steer {
                     return;
                 }

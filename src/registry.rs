@@ -191,7 +191,7 @@ pub struct Registration<'a> {
     pub worktree: Option<&'a Path>,
     pub slug: &'a Slug,
     pub plane: Plane,
-    /// `None`: `<repoRoot>/runstate`.
+    /// `None`: `<worktree>/runstate` (next to the worktree's git; worktree = repo root by default).
     pub runstate_dir: Option<&'a Path>,
     /// `None`: the repo's directory name.
     pub project: Option<&'a str>,
@@ -210,7 +210,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
     };
     let runstate_dir = match r.runstate_dir {
         Some(d) => d.to_path_buf(),
-        None => repo_root.join("runstate"),
+        None => worktree.join("runstate"),
     };
     std::fs::create_dir_all(&runstate_dir)
         .map_err(|source| RegistryError::Write { path: runstate_dir.clone(), source })?;

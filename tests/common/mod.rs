@@ -230,3 +230,150 @@ pub fn git_head(dir: &Path) -> String {
     let o = Command::new("git").arg("-C").arg(dir).args(["rev-parse", "HEAD"]).output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
+
+/// Kills every process whose environment names this `HARNESS_HOME` (supervisors detached with
+/// setsid, their wrappers and engines): the cleanup of tests that start supervised runs.
+pub fn kill_all_with_home(home: &Path) {
+    let needle = format!("HARNESS_HOME={}", home.display());
+    let me = std::process::id();
+    for _ in 0..3 {
+        let mut found = false;
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            if pid == me {
+                continue;
+            }
+            let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+            if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+                // SAFETY: killing a process of this test's own run.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                found = true;
+            }
+        }
+        if !found {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Live processes whose environment names this `HARNESS_HOME`.
+pub fn processes_with_home(home: &Path) -> Vec<u32> {
+    let needle = format!("HARNESS_HOME={}", home.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        if stat[stat.rfind(')').unwrap() + 2..].starts_with('Z') {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// One request on a supervisor's control socket.
+pub fn control(sock: &Path, req: &serde_json::Value) -> serde_json::Value {
+    let mut s =
+        std::os::unix::net::UnixStream::connect(sock).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("answer {line:?}: {e}"))
+}
+
+/// A scratch git repository, a harness home and fake engines: the setting of a run.
+pub struct Bench {
+    pub dir: tempfile::TempDir,
+}
+
+impl Bench {
+    pub fn new() -> Bench {
+        let dir = tempfile::tempdir().unwrap();
+        git_repo(&dir.path().join("repo"));
+        std::fs::create_dir(dir.path().join("home")).unwrap();
+        Bench { dir }
+    }
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+    pub fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+    pub fn record(&self) -> PathBuf {
+        self.dir.path().join("record.jsonl")
+    }
+    pub fn plan(&self, json: &str) -> PathBuf {
+        let p = self.dir.path().join("plan.json");
+        std::fs::write(&p, json).unwrap();
+        p
+    }
+    /// `harness …` in the repo with the fake engines and this home.
+    pub fn harness(&self, scenario: &str) -> Command {
+        let mut c = harness(&self.home());
+        let engines = repo_dir().join("fixtures/engines");
+        c.current_dir(self.repo())
+            .env("HARNESS_CLAUDE_BIN", engines.join("fake-claude"))
+            .env("HARNESS_CURSOR_BIN", engines.join("fake-cursor-agent"))
+            .env("HARNESS_CODEX_BIN", engines.join("fake-codex"))
+            .env("HARNESS_FAKE_SCENARIO", scenario)
+            .env("HARNESS_FAKE_PACE", "fast")
+            .env("HARNESS_FAKE_RECORD", self.record())
+            .env("HARNESS_WRAPPERS", repo_dir().join("wrappers"))
+            .env("RUST_LOG", "info");
+        c
+    }
+    pub fn records(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.record())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+    /// The only registered run's id.
+    pub fn run_id(&self) -> String {
+        let mut ids: Vec<String> = std::fs::read_dir(self.home().join("runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().trim_end_matches(".json").to_string())
+            .collect();
+        ids.sort();
+        ids.pop().expect("a registered run")
+    }
+    pub fn sock(&self) -> PathBuf {
+        self.home().join("sock").join(format!("{}.sock", self.run_id()))
+    }
+    pub fn journal(&self) -> Vec<serde_json::Value> {
+        let slug = self.run_id().split("--").nth(1).unwrap().to_string();
+        std::fs::read_to_string(self.repo().join(format!("runstate/{slug}.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+    pub fn view(&self) -> serde_json::Value {
+        let (code, out, err) = cli(&self.home(), &["journal", "show", &self.run_id()]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
+    pub fn state(&self, task: &str) -> Option<String> {
+        self.view()["tasks"][task]["state"].as_str().map(str::to_string)
+    }
+    /// Commits in the repo carrying this run's and task's trailers.
+    pub fn commits_of(&self, task: &str) -> usize {
+        harness::git::count_task_commits(&self.repo(), &self.run_id(), task)
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        kill_all_with_home(&self.home());
+    }
+}

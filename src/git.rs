@@ -1,0 +1,151 @@
+//! The run's repository: task commits carrying `Harness-Run` / `Harness-Task` / `Harness-Attempt`
+//! trailers (so crash recovery can tell a commit it already made), the diff a reviewer reads, and
+//! keeping the runstate directory out of `git status`.
+//!
+//! Every call is a `git` child process in the worktree; nothing here touches the journal.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git {args}: {detail}")]
+    Failed { args: String, detail: String },
+}
+
+fn git(worktree: &Path, args: &[&str]) -> Result<String, GitError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(worktree)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| GitError::Failed { args: args.join(" "), detail: e.to_string() })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+        return Err(GitError::Failed {
+            args: args.join(" "),
+            detail: format!("exit {}: {last}", out.status.code().unwrap_or(-1)),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// True when `dir` is inside a git work tree.
+pub fn is_worktree(dir: &Path) -> bool {
+    git(dir, &["rev-parse", "--is-inside-work-tree"]).is_ok_and(|s| s.trim() == "true")
+}
+
+/// The trailers that identify a task's commit.
+pub fn trailers(run_id: &str, task: &str, attempt: u32) -> String {
+    format!("Harness-Run: {run_id}\nHarness-Task: {task}\nHarness-Attempt: {attempt}")
+}
+
+/// Stages `files` (additions, changes and deletions) and commits them with `subject` and the task's
+/// trailers; an empty list makes an empty commit, so every task ends as exactly one commit.
+/// Returns the new commit's sha. The caller serializes commits.
+pub fn commit_task(
+    worktree: &Path,
+    files: &[String],
+    subject: &str,
+    run_id: &str,
+    task: &str,
+    attempt: u32,
+) -> Result<String, GitError> {
+    if !files.is_empty() {
+        let mut args = vec!["add", "-A", "--"];
+        args.extend(files.iter().map(String::as_str));
+        git(worktree, &args)?;
+    }
+    let message = format!("{subject}\n\n{}", trailers(run_id, task, attempt));
+    let mut args: Vec<&str> = Vec::new();
+    // An identity is needed; use the repo's own when it has one.
+    let has_identity = git(worktree, &["config", "user.email"]).is_ok_and(|s| !s.trim().is_empty());
+    if !has_identity {
+        args.extend(["-c", "user.name=harness", "-c", "user.email=harness@localhost"]);
+    }
+    args.extend(["commit", "--allow-empty", "-q", "-m", &message]);
+    git(worktree, &args)?;
+    Ok(git(worktree, &["rev-parse", "HEAD"])?.trim().to_string())
+}
+
+/// Escapes a value for a basic regular expression (ids only hold `[A-Za-z0-9._-]`).
+fn bre_literal(s: &str) -> String {
+    s.replace('.', "\\.")
+}
+
+/// The commit (reachable from HEAD) that carries this run's and task's trailers, if any.
+pub fn find_task_commit(worktree: &Path, run_id: &str, task: &str) -> Option<String> {
+    let run = format!("--grep=^Harness-Run: {}$", bre_literal(run_id));
+    let task = format!("--grep=^Harness-Task: {}$", bre_literal(task));
+    let out = git(worktree, &["log", "--format=%H", "--all-match", &run, &task]).ok()?;
+    out.lines().next().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// Number of commits reachable from HEAD carrying this task's trailers (tests: "exactly once").
+pub fn count_task_commits(worktree: &Path, run_id: &str, task: &str) -> usize {
+    let run = format!("--grep=^Harness-Run: {}$", bre_literal(run_id));
+    let task = format!("--grep=^Harness-Task: {}$", bre_literal(task));
+    git(worktree, &["log", "--format=%H", "--all-match", &run, &task]).map(|o| o.lines().count()).unwrap_or(0)
+}
+
+/// What a reviewer reads: the status, the tracked diff and the new files (bounded to ~100 KB).
+pub fn review_diff(worktree: &Path, files: &[String]) -> String {
+    const MAX: usize = 100_000;
+    let mut out = String::new();
+    let mut args = vec!["status", "--porcelain=v1", "--untracked-files=all", "--"];
+    args.extend(files.iter().map(String::as_str));
+    if let Ok(s) = git(worktree, &args) {
+        out.push_str("## git status\n");
+        out.push_str(&s);
+    }
+    let mut args = vec!["diff", "HEAD", "--"];
+    args.extend(files.iter().map(String::as_str));
+    if let Ok(d) = git(worktree, &args) {
+        out.push_str("\n## diff\n");
+        out.push_str(&d);
+    }
+    for f in files {
+        let p = worktree.join(f);
+        let tracked = git(worktree, &["ls-files", "--error-unmatch", "--", f]).is_ok();
+        if !tracked && p.is_file() {
+            let body = std::fs::read(&p).unwrap_or_default();
+            out.push_str(&format!("\n## new file {f}\n{}\n", String::from_utf8_lossy(&body[..body.len().min(20_000)])));
+        }
+        if out.len() > MAX {
+            break;
+        }
+    }
+    if out.len() > MAX {
+        let mut end = MAX;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push_str("\n[diff truncated]\n");
+    }
+    out
+}
+
+/// Adds `runstate_dir` (when inside the worktree) to the repo's `info/exclude`, so the journal, logs
+/// and prompts never show up in a turn's changed files.
+pub fn exclude_runstate(worktree: &Path, runstate_dir: &Path) -> Result<(), GitError> {
+    let Ok(rel) = runstate_dir.strip_prefix(worktree) else { return Ok(()) };
+    let rel = format!("/{}/", rel.display());
+    let path = git(worktree, &["rev-parse", "--git-path", "info/exclude"])?;
+    let path = worktree.join(path.trim());
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    if current.lines().any(|l| l.trim() == rel) {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let mut text = current;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&format!("# harness run state (journal, logs, prompts)\n{rel}\n"));
+    std::fs::write(&path, text).map_err(|e| GitError::Failed { args: "info/exclude".into(), detail: e.to_string() })
+}

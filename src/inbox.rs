@@ -1,0 +1,177 @@
+//! The DynWF steer inbox, `<runstateDir>/<slug>.steer.jsonl` (`inbox/v1`): a DynWF run has no
+//! supervisor socket, so steer/pause/resume are appended here and the DynWF dispatch agent takes them
+//! at each task boundary. Taking is exactly-once: each entry is journaled (by its id) before the
+//! cursor moves past it, and an entry whose id the journal already has is never handed out again.
+//! kill is refused: a DynWF run is observe + queue-steer only.
+
+use crate::ids::TaskId;
+use crate::journal::{self, ControlRecord, Journal, Outcome, Record, RunEvent, TaskState, Verb};
+use crate::plan::Plan;
+use crate::registry::{Plane, Pointer};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+
+pub const VERSION: &str = "inbox/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub v: String,
+    pub id: String,
+    pub ts: String,
+    pub verb: Verb,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<bool>,
+    pub by: String,
+}
+
+/// A refusal with the HTTP-style status the API maps it to.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub struct InboxError {
+    pub status: u16,
+    pub detail: String,
+}
+
+fn err(status: u16, detail: impl Into<String>) -> InboxError {
+    InboxError { status, detail: detail.into() }
+}
+
+fn lock(f: &std::fs::File) -> Result<(), InboxError> {
+    // SAFETY: flock on a valid fd; released when the file is closed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(err(500, format!("cannot lock the inbox: {}", std::io::Error::last_os_error())));
+    }
+    Ok(())
+}
+
+/// Validates and appends a verb for a DynWF run. Returns the entry (with its id).
+pub fn append(
+    p: &Pointer,
+    verb: Verb,
+    task: Option<TaskId>,
+    msg: Option<String>,
+    interrupt: bool,
+    by: &str,
+) -> Result<Entry, InboxError> {
+    if p.plane != Plane::Dynwf {
+        return Err(err(409, format!("run {} is a standalone run: use its supervisor, not the inbox", p.run_id)));
+    }
+    match verb {
+        Verb::Kill => {
+            return Err(err(
+                409,
+                "kill is refused for a DynWF run: it has no supervisor holding the pids (observe + queue-steer only)",
+            ));
+        }
+        Verb::Stop => return Err(err(409, "stop is refused for a DynWF run: end it from its Workflow")),
+        Verb::Steer => {
+            let task = task.as_ref().ok_or_else(|| err(400, "steer needs a task"))?;
+            let m = msg.as_deref().unwrap_or("");
+            if m.trim().is_empty() {
+                return Err(err(400, "steer needs a non-empty msg"));
+            }
+            if m.len() > 64 * 1024 {
+                return Err(err(400, "steer msg is longer than 64 KiB"));
+            }
+            let plan = Plan::load(&p.plan_path()).map_err(|e| err(500, e.to_string()))?;
+            let t = plan.task(task).ok_or_else(|| err(404, format!("run {} has no task {task}", p.run_id)))?;
+            if t.adapter.is_verdict_seat() {
+                return Err(err(
+                    409,
+                    format!("task {task} is the codex verdict seat: steering a review verdict is refused"),
+                ));
+            }
+            let view = journal::replay(&p.journal_path()).map_err(|e| err(500, e.to_string()))?;
+            match view.state_of(task) {
+                Some(TaskState::Committed) => return Err(err(409, "task already committed")),
+                None => {
+                    return Err(err(
+                        409,
+                        format!("task {task} has not started yet: a steer continues a dispatched turn"),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Verb::Pause | Verb::Resume => {}
+    }
+    let entry = Entry {
+        v: VERSION.into(),
+        id: uuid::Uuid::new_v4().to_string(),
+        ts: journal::now_rfc3339(),
+        verb,
+        task,
+        msg,
+        interrupt: interrupt.then_some(true),
+        by: by.chars().take(64).collect(),
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(p.inbox_path())
+        .map_err(|e| err(500, format!("cannot open the inbox {}: {e}", p.inbox_path().display())))?;
+    lock(&f)?;
+    let mut line = serde_json::to_vec(&entry).expect("an entry serializes");
+    line.push(b'\n');
+    f.write_all(&line).and_then(|_| f.sync_data()).map_err(|e| err(500, format!("inbox append failed: {e}")))?;
+    Ok(entry)
+}
+
+/// Returns the entries not taken yet, journaling each (steer → `queued` with the entry's id, pause
+/// / resume → accepted + the run event) before the cursor passes it.
+pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
+    let path = p.inbox_path();
+    let f = match std::fs::OpenOptions::new().read(true).append(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(err(500, format!("cannot open the inbox {}: {e}", path.display()))),
+    };
+    lock(&f)?;
+    let cursor_path = p.runstate_dir.join(format!("{}.steer.cursor", p.slug));
+    let cursor: u64 = std::fs::read_to_string(&cursor_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let bytes = std::fs::read(&path).map_err(|e| err(500, e.to_string()))?;
+    let start = (cursor as usize).min(bytes.len());
+    let complete = bytes[start..].iter().rposition(|&b| b == b'\n').map_or(start, |i| start + i + 1);
+    let journal = Journal::open(&p.journal_path()).map_err(|e| err(500, e.to_string()))?;
+    let view = journal.view().map_err(|e| err(500, e.to_string()))?;
+    let mut taken = Vec::new();
+    for line in bytes[start..complete].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let entry: Entry = match serde_json::from_slice(line) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(RUN_ID = %p.run_id, error = %e, "skipping a garbled inbox line");
+                continue;
+            }
+        };
+        if view.control_ids.contains(&entry.id) {
+            continue; // journaled by an earlier take that crashed before moving the cursor
+        }
+        let rec = ControlRecord {
+            verb: entry.verb,
+            task: entry.task.clone(),
+            msg: entry.msg.clone(),
+            interrupt: entry.interrupt,
+            by: format!("inbox:{}", entry.by),
+            outcome: if entry.verb == Verb::Steer { Outcome::Queued } else { Outcome::Accepted },
+            id: Some(entry.id.clone()),
+            detail: None,
+        };
+        journal.append(&rec.into()).map_err(|e| err(500, format!("journal append failed: {e}")))?;
+        match entry.verb {
+            Verb::Pause => drop(journal.append(&Record::run(RunEvent::Paused, "dynwf", None))),
+            Verb::Resume => drop(journal.append(&Record::run(RunEvent::Resumed, "dynwf", None))),
+            _ => {}
+        }
+        taken.push(entry);
+    }
+    crate::home::write_atomic(&cursor_path, complete.to_string().as_bytes(), 0o600)
+        .map_err(|e| err(500, format!("cannot move the inbox cursor: {e}")))?;
+    Ok(taken)
+}

@@ -1,0 +1,167 @@
+//! `harness run PLAN.json`: validates the plan, registers the run (plan copy first, then the pointer),
+//! journals `run started`, and starts its supervisor — through systemd when the user manager has the
+//! units, else as a detached `harness supervise` process, or in this process (`--foreground`, and the
+//! unsupervised batch mode). It decides nothing about tasks.
+
+use crate::home::{self, Home};
+use crate::ids::{RunId, Slug};
+use crate::journal::{self, Journal, Record, RunEvent};
+use crate::plan::Plan;
+use crate::registry::{self, Plane, Pointer};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Where and how to start a run.
+pub struct Launch<'a> {
+    pub plan_path: &'a Path,
+    pub repo: Option<&'a Path>,
+    pub worktree: Option<&'a Path>,
+    pub project: Option<&'a str>,
+    pub supervised: bool,
+}
+
+/// The repository containing `dir` (its git top level), or `dir` itself outside git.
+fn repo_of(dir: &Path) -> PathBuf {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "--show-toplevel"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// Registers a new run for `plan` and journals its start. Refuses a run whose journal already exists.
+pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
+    let plan = Plan::load(l.plan_path).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let cwd = std::env::current_dir().map_err(|e| RunError::Failed(e.to_string()))?;
+    let repo = match l.repo {
+        Some(r) => r.to_path_buf(),
+        None => repo_of(&cwd),
+    };
+    let repo = home::canonical_dir(&repo).map_err(|e| RunError::Invalid(format!("--repo: {e}")))?;
+    let worktree = match l.worktree {
+        Some(w) => home::canonical_dir(w).map_err(|e| RunError::Invalid(format!("--worktree: {e}")))?,
+        None => repo.clone(),
+    };
+    if !crate::git::is_worktree(&worktree) {
+        return Err(RunError::Invalid(format!(
+            "{} is not a git worktree: a run commits each task, so it needs one (git init)",
+            worktree.display()
+        )));
+    }
+    let run_id = RunId::derive(&repo, &worktree, &plan.slug);
+    if l.supervised {
+        home.checked_socket_path(&run_id).map_err(|e| RunError::Invalid(e.to_string()))?;
+    }
+    let runstate = worktree.join("runstate");
+    std::fs::create_dir_all(&runstate).map_err(|e| RunError::Failed(format!("{}: {e}", runstate.display())))?;
+    let journal_path = runstate.join(format!("{}.jsonl", plan.slug));
+    if std::fs::metadata(&journal_path).is_ok_and(|m| m.len() > 0) {
+        let status =
+            journal::replay(&journal_path).map(|v| format!("{:?}", v.status).to_lowercase()).unwrap_or_default();
+        return Err(RunError::Invalid(format!(
+            "run {run_id} already exists ({status}, journal {}): `harness supervise {run_id}` recovers a live run; \
+             to run the plan again use another slug or remove runstate/{}.*",
+            journal_path.display(),
+            plan.slug
+        )));
+    }
+    crate::git::exclude_runstate(&worktree, &runstate).map_err(|e| RunError::Failed(e.to_string()))?;
+    // The plan copy is written before the pointer (the API's cache relies on that order).
+    let mut bytes = serde_json::to_vec_pretty(&plan).expect("a plan serializes");
+    bytes.push(b'\n');
+    home::write_atomic(&runstate.join(format!("{}.plan.json", plan.slug)), &bytes, 0o644)
+        .map_err(|e| RunError::Failed(format!("cannot write the plan copy: {e}")))?;
+    let slug: Slug = plan.slug.clone();
+    let reg = registry::Registration {
+        repo_root: &repo,
+        worktree: Some(&worktree),
+        slug: &slug,
+        plane: Plane::Standalone,
+        runstate_dir: Some(&runstate),
+        project: l.project,
+    };
+    let pointer = registry::register(home, &reg).map_err(|e| RunError::Failed(e.to_string()))?;
+    let j = Journal::open(&pointer.journal_path()).map_err(|e| RunError::Failed(e.to_string()))?;
+    let mode = if l.supervised { "supervised" } else { "batch" };
+    j.append(&Record::run(RunEvent::Started, "runner", Some(format!("{mode} run of {}", l.plan_path.display()))))
+        .map_err(|e| RunError::Failed(e.to_string()))?;
+    Ok((plan, pointer))
+}
+
+/// True when a systemd user manager answers and has the supervisor template unit.
+pub fn systemd_units_available() -> bool {
+    std::process::Command::new("systemctl")
+        .args(["--user", "cat", "harness-supervisor@.service"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Starts the supervisor instance units of `run`.
+pub fn start_with_systemd(run: &RunId) -> Result<String, RunError> {
+    let out = std::process::Command::new("systemctl")
+        .args(["--user", "start"])
+        .arg(format!("harness-supervisor@{run}.socket"))
+        .arg(format!("harness-supervisor@{run}.service"))
+        .output()
+        .map_err(|e| RunError::Failed(format!("systemctl: {e}")))?;
+    if !out.status.success() {
+        return Err(RunError::Failed(format!(
+            "systemctl --user start harness-supervisor@{run}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(format!("systemd unit harness-supervisor@{run}.service"))
+}
+
+/// Spawns `harness supervise <run>` detached (new session, stdin closed, output appended to
+/// `<runstateDir>/<slug>.supervisor.log`) and waits for its socket.
+pub fn start_detached(home: &Home, pointer: &Pointer, extra: &[String]) -> Result<String, RunError> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| RunError::Failed(e.to_string()))?;
+    let log_path = pointer.runstate_dir.join(format!("{}.supervisor.log", pointer.slug));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| RunError::Failed(format!("{}: {e}", log_path.display())))?;
+    let err = log.try_clone().map_err(|e| RunError::Failed(e.to_string()))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("supervise").arg(pointer.run_id.as_str()).args(extra);
+    cmd.env("HARNESS_HOME", &home.root).stdin(std::process::Stdio::null()).stdout(log).stderr(err);
+    // SAFETY: setsid is async-signal-safe; it detaches the supervisor from our terminal and group.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| RunError::Failed(format!("cannot start the supervisor: {e}")))?;
+    let sock = home.socket_path(&pointer.run_id);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if crate::supervisor::control::is_live(&sock) {
+            return Ok(format!("supervisor pid {} (log {})", child.id(), log_path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(RunError::Failed(format!(
+        "the supervisor did not open {} within 15 s; see {}",
+        sock.display(),
+        log_path.display()
+    )))
+}

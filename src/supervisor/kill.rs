@@ -1,0 +1,118 @@
+//! Ending a process group for good: `killpg(TERM)`, a grace period, `killpg(KILL)`, then the
+//! subreaper sweep for descendants that escaped the group with `setsid` (as a child subreaper the
+//! supervisor inherits them as its own children).
+
+use std::time::{Duration, Instant};
+
+/// True while any process (zombies excluded) is in process group `pgid`.
+pub fn group_alive(pgid: i32) -> bool {
+    !group_members(pgid).is_empty()
+}
+
+/// Pids of live (non-zombie) processes in process group `pgid`, from `/proc`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if let Some((state, _ppid, pgrp)) = stat_fields(pid)
+            && pgrp == pgid
+            && state != 'Z'
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// (state, ppid, pgrp) of a pid from `/proc/<pid>/stat`.
+pub fn stat_fields(pid: i32) -> Option<(char, i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split(' ');
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
+}
+
+fn killpg(pgid: i32, sig: i32) {
+    if pgid > 1 {
+        // SAFETY: plain syscall; pgid > 1 never targets init or "every process".
+        unsafe { libc::killpg(pgid, sig) };
+    }
+}
+
+/// TERM the group, wait up to `grace` for it to empty, KILL what is left, then sweep orphans.
+/// Returns how long the group took to disappear.
+pub async fn kill_group(pgid: i32, grace: Duration) -> Duration {
+    let start = Instant::now();
+    killpg(pgid, libc::SIGTERM);
+    while group_alive(pgid) && start.elapsed() < grace {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if group_alive(pgid) {
+        killpg(pgid, libc::SIGKILL);
+        let k = Instant::now();
+        while group_alive(pgid) && k.elapsed() < Duration::from_secs(2) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let took = start.elapsed();
+    sweep_orphans(&[]);
+    took
+}
+
+/// Kills and reaps children of this process that are not in `keep` (processes that escaped their
+/// group and were re-parented to the subreaper), and reaps zombie children among them.
+pub fn sweep_orphans(keep: &[i32]) {
+    let me = std::process::id() as i32;
+    let Ok(rd) = std::fs::read_dir("/proc") else { return };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if keep.contains(&pid) {
+            continue;
+        }
+        let Some((state, ppid, pgrp)) = stat_fields(pid) else { continue };
+        // Only orphans: re-parented to us but not in a group we started ourselves (those are
+        // tokio children that tokio reaps) — an orphan leads its own session or group.
+        if ppid != me || pgrp == me {
+            continue;
+        }
+        if is_tracked_child(pid) {
+            continue;
+        }
+        if state != 'Z' {
+            // SAFETY: a direct child of ours that no one else waits for.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let mut status = 0;
+        // SAFETY: reaping that specific child only; tokio never waits for pids it did not spawn.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    }
+}
+
+/// Pids of children spawned (and reaped) through tokio: the sweep must leave them alone.
+static TRACKED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+pub fn track_child(pid: i32) {
+    TRACKED.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+}
+
+pub fn untrack_child(pid: i32) {
+    TRACKED.lock().unwrap_or_else(|p| p.into_inner()).retain(|p| *p != pid);
+}
+
+fn is_tracked_child(pid: i32) -> bool {
+    TRACKED.lock().unwrap_or_else(|p| p.into_inner()).contains(&pid)
+}
+
+/// Makes this process the child subreaper of its descendants (Linux), so orphans that escape their
+/// process group are re-parented here and can be swept.
+pub fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with a constant option and flag.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}

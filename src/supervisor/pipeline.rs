@@ -1,0 +1,469 @@
+//! One task's way through a run: turn (wrapper) → `implemented` → gate → `gated` → review by the
+//! codex verdict seat when the binding asks → `reviewed` → commit → `committed`. Any failure →
+//! `halted` with rc and detail. Between stages (the turn boundary and after each step) the pipeline
+//! stops when a steer is queued for the task, so the scheduler can resume the session with it; a
+//! kill verb is honoured at every stage.
+
+use super::kill;
+use crate::adapter::Adapter;
+use crate::ids::{RunId, TaskId};
+use crate::journal::{Journal, Record, TaskRecord, TaskState};
+use crate::liveness::{self, TaskLiveness};
+use crate::plan::{Plan, Task};
+use crate::registry::Pointer;
+use crate::wrapper;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Everything the pipelines of one run share.
+pub(crate) struct Ctx {
+    pub run_id: RunId,
+    pub pointer: Pointer,
+    pub plan: Plan,
+    pub journal: Journal,
+    pub wrappers: PathBuf,
+    /// The liveness sidecar, `None` in batch mode.
+    pub liveness: Option<PathBuf>,
+    /// Commits are made one at a time.
+    pub commit_lock: tokio::sync::Mutex<()>,
+    pub turn_timeout_s: u64,
+    pub gate_timeout: Duration,
+    pub kill_grace: Duration,
+    /// Tasks with a pipeline in progress, and the process group each is waiting on right now.
+    pub running: Mutex<HashMap<TaskId, Proc>>,
+}
+
+/// A task's pipeline as the kill verb sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Proc {
+    /// Process group of the wrapper / gate / reviewer running now (none between steps).
+    pub pgid: Option<i32>,
+    /// Set by kill (or an interrupting steer): who asked.
+    pub killed_by: Option<String>,
+}
+
+/// Where a pipeline starts.
+#[derive(Debug, Clone)]
+pub(crate) enum Start {
+    /// A turn: a fresh dispatch, or a session resume carrying `prompt` (steer, recovery).
+    Turn {
+        prompt: String,
+        resume: Option<String>,
+        note: Option<String>,
+    },
+    Gate,
+    Review,
+    Commit,
+}
+
+/// How a pipeline ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum End {
+    Committed,
+    Halted,
+    /// Stopped at a boundary because a steer is queued for the task.
+    Steered,
+    /// The journal could not be written: the task is left as the journal says.
+    JournalFailed(String),
+}
+
+type Step<T> = Result<T, End>;
+
+impl Ctx {
+    fn killed_by(&self, task: &TaskId) -> Option<String> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).get(task).and_then(|p| p.killed_by.clone())
+    }
+
+    fn set_pgid(&self, task: &TaskId, pgid: Option<i32>) {
+        if let Some(p) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(task) {
+            p.pgid = pgid;
+        }
+    }
+
+    fn append(&self, rec: TaskRecord) -> Step<()> {
+        let state = rec.state;
+        let task = rec.task.clone();
+        self.journal.append(&rec.into()).map_err(|e| {
+            tracing::error!(RUN_ID = %self.run_id, TASK = %task, error = %e, "journal append failed");
+            End::JournalFailed(e.to_string())
+        })?;
+        tracing::info!(RUN_ID = %self.run_id, TASK = %task, state = %state, "task state");
+        self.live_state(&task, state.as_str());
+        Ok(())
+    }
+
+    fn halt(&self, task: &TaskId, rc: i32, detail: String, session: Option<String>) -> End {
+        let mut r = Record::task(task, TaskState::Halted);
+        r.rc = Some(rc);
+        r.detail = Some(detail);
+        r.session_id = session;
+        match self.append(r) {
+            Ok(()) => End::Halted,
+            Err(e) => e,
+        }
+    }
+
+    /// Halts the task if a kill verb arrived.
+    fn check_killed(&self, task: &TaskId, session: Option<String>) -> Step<()> {
+        match self.killed_by(task) {
+            Some(by) => Err(self.halt(task, 143, format!("killed by {by}"), session)),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops at a boundary when a steer is queued for the task.
+    fn check_steered(&self, task: &TaskId) -> Step<()> {
+        match self.journal.view() {
+            Ok(v) if v.pending_steers.iter().any(|s| &s.task == task) => Err(End::Steered),
+            Ok(_) => Ok(()),
+            Err(e) => Err(End::JournalFailed(e.to_string())),
+        }
+    }
+
+    fn live_set(&self, task: &TaskId, pid: i32, session: Option<&str>, logfile: &Path, state: &str) {
+        let Some(path) = &self.liveness else { return };
+        let rec = TaskLiveness {
+            pid,
+            pgid: pid,
+            session_id: session.map(str::to_string),
+            logfile: logfile.to_path_buf(),
+            state: state.to_string(),
+            started_ts: crate::journal::now_rfc3339(),
+            last_output_ts: None,
+        };
+        if let Err(e) = liveness::set(path, &self.run_id, task, rec) {
+            tracing::warn!(RUN_ID = %self.run_id, TASK = %task, error = %e, "liveness write failed (a cache; going on)");
+        }
+    }
+
+    fn live_state(&self, task: &TaskId, state: &str) {
+        let Some(path) = &self.liveness else { return };
+        let _ = liveness::update(path, &self.run_id, |l| {
+            if let Some(t) = l.tasks.get_mut(task) {
+                t.state = state.to_string();
+            }
+        });
+    }
+
+    pub fn live_remove(&self, task: &TaskId) {
+        let Some(path) = &self.liveness else { return };
+        let _ = liveness::update(path, &self.run_id, |l| {
+            l.tasks.remove(task);
+        });
+    }
+
+    fn file(&self, dir: &str, name: String) -> Step<PathBuf> {
+        let d = self.pointer.runstate_dir.join(format!("{}.{dir}", self.pointer.slug));
+        std::fs::create_dir_all(&d).map_err(|e| End::JournalFailed(format!("cannot create {}: {e}", d.display())))?;
+        Ok(d.join(name))
+    }
+
+    /// Spawns `cmd` (already leading its own process group) for `task`, waits for it, and returns
+    /// (exit code, stdout). The process group is what a kill verb signals meanwhile.
+    async fn run_child(
+        &self,
+        task: &TaskId,
+        mut cmd: tokio::process::Command,
+        log: &Path,
+        session: Option<&str>,
+        state: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(i32, Vec<u8>), String> {
+        let child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.as_std().get_program()))?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        kill::track_child(pid);
+        self.set_pgid(task, Some(pid));
+        self.live_set(task, pid, session, log, state);
+        // A kill that raced the spawn still reaches the new group.
+        if self.killed_by(task).is_some() {
+            tokio::spawn(kill::kill_group(pid, self.kill_grace));
+        }
+        let waited = match timeout {
+            Some(t) => match tokio::time::timeout(t, child.wait_with_output()).await {
+                Ok(r) => r.map(|o| (wrapper::exit_code(o.status), o.stdout)),
+                Err(_) => {
+                    kill::kill_group(pid, self.kill_grace).await;
+                    Ok((124, Vec::new()))
+                }
+            },
+            None => child.wait_with_output().await.map(|o| (wrapper::exit_code(o.status), o.stdout)),
+        };
+        kill::untrack_child(pid);
+        self.set_pgid(task, None);
+        waited.map_err(|e| format!("waiting for pid {pid}: {e}"))
+    }
+}
+
+/// Runs the pipeline of `task` from `start`. The caller registered the task in `ctx.running`.
+pub(crate) async fn run(ctx: Arc<Ctx>, task: Task, start: Start) -> End {
+    match run_steps(&ctx, &task, start).await {
+        Ok(()) => End::Committed,
+        Err(end) => end,
+    }
+}
+
+async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
+    let id = &task.id;
+    let view = ctx.journal.view().map_err(|e| End::JournalFailed(e.to_string()))?;
+    let known = view.tasks.get(id);
+    let mut session = known.and_then(|t| t.session_id.clone());
+    let mut files = known.and_then(|t| t.files.clone());
+    let attempt = known.map(|t| t.attempts).unwrap_or(0);
+    // The attempt the review and commit belong to: the new turn's, or the last one's.
+    let mut current = attempt.max(1);
+    let mut stage = start;
+    loop {
+        ctx.check_killed(id, session.clone())?;
+        stage = match stage {
+            Start::Turn { prompt, resume, note } => {
+                let (s, f) = turn(ctx, task, attempt + 1, &prompt, resume, note).await?;
+                current = attempt + 1;
+                session = s;
+                files = Some(f);
+                ctx.check_steered(id)?;
+                Start::Gate
+            }
+            Start::Gate => {
+                gate(ctx, task, session.clone()).await?;
+                ctx.check_steered(id)?;
+                if task.review { Start::Review } else { Start::Commit }
+            }
+            Start::Review => {
+                review(ctx, task, current, files.as_deref().unwrap_or(&[]), session.clone()).await?;
+                ctx.check_steered(id)?;
+                Start::Commit
+            }
+            Start::Commit => {
+                let files = match files.take() {
+                    Some(f) => f,
+                    None => changed_files(&ctx.pointer.worktree),
+                };
+                return commit(ctx, task, current, &files, session).await;
+            }
+        }
+    }
+}
+
+/// One wrapper turn. Returns the session id and the changed files.
+async fn turn(
+    ctx: &Ctx,
+    task: &Task,
+    attempt: u32,
+    prompt: &str,
+    resume: Option<String>,
+    note: Option<String>,
+) -> Step<(Option<String>, Vec<String>)> {
+    let id = &task.id;
+    // claude's session is assigned before the turn, so kill-then-resume works before any token.
+    let assigned = (resume.is_none() && task.adapter == Adapter::Claude).then(|| uuid::Uuid::new_v4().to_string());
+    let logfile = ctx.pointer.default_logfile(id);
+    if let Some(d) = logfile.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let prompt_file = ctx.file("prompts", format!("{id}.{attempt}.txt"))?;
+    std::fs::write(&prompt_file, prompt)
+        .map_err(|e| End::JournalFailed(format!("cannot write {}: {e}", prompt_file.display())))?;
+    let mut leased = Record::task(id, TaskState::Leased);
+    leased.attempt = Some(attempt);
+    leased.session_id = resume.clone().or_else(|| assigned.clone());
+    leased.logfile = Some(logfile.clone());
+    leased.detail = note;
+    ctx.append(leased)?;
+    let t = wrapper::Turn {
+        adapter: task.adapter,
+        prompt_file: &prompt_file,
+        cwd: &ctx.pointer.worktree,
+        log: &logfile,
+        timeout_s: ctx.turn_timeout_s,
+        model: task.model.as_deref(),
+        session_id: assigned.as_deref(),
+        resume: resume.as_deref(),
+    };
+    let cmd = wrapper::command(&ctx.wrappers, &t);
+    let known_session = resume.clone().or_else(|| assigned.clone());
+    let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
+    let (rc, stdout) = match ctx.run_child(id, cmd, &logfile, known_session.as_deref(), "leased", None).await {
+        Ok(r) => r,
+        Err(e) => return Err(ctx.halt(id, 127, format!("wrapper did not run: {e}"), known_session)),
+    };
+    let out = wrapper::Outcome { rc, status: wrapper::parse_status(&stdout) };
+    let session = out.status.as_ref().and_then(|s| s.session_id.clone()).or(known_session);
+    ensure_exit_marker(&logfile, offset, rc, session.as_deref());
+    if let Some(by) = ctx.killed_by(id) {
+        return Err(ctx.halt(id, rc, format!("killed by {by}"), session));
+    }
+    if rc != 0 {
+        return Err(ctx.halt(id, rc, out.detail(), session));
+    }
+    let status = out.status.clone().unwrap_or(wrapper::Status {
+        ok: true,
+        session_id: None,
+        detail: String::new(),
+        files: Vec::new(),
+    });
+    // A codex task is itself a verdict seat: its turn's result is the verdict.
+    if task.adapter.is_verdict_seat() && !status.detail.starts_with("APPROVE") {
+        return Err(ctx.halt(id, rc, format!("verdict: {}", status.detail), session));
+    }
+    let mut implemented = Record::task(id, TaskState::Implemented);
+    implemented.rc = Some(0);
+    implemented.session_id = session.clone();
+    implemented.detail = Some(status.detail.clone());
+    implemented.files = Some(status.files.clone());
+    ctx.append(implemented)?;
+    Ok((session, status.files))
+}
+
+async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
+    let id = &task.id;
+    let mut gated = Record::task(id, TaskState::Gated);
+    gated.rc = Some(0);
+    let Some(cmd_text) = &task.gate else {
+        gated.detail = Some("no gate".into());
+        return ctx.append(gated);
+    };
+    let log = ctx.file("logs", format!("{id}.gate.log"))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| End::JournalFailed(format!("cannot open {}: {e}", log.display())))?;
+    let err = out.try_clone().map_err(|e| End::JournalFailed(e.to_string()))?;
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(cmd_text)
+        .current_dir(&ctx.pointer.worktree)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    let (rc, _) = match ctx.run_child(id, cmd, &log, session.as_deref(), "gating", Some(ctx.gate_timeout)).await {
+        Ok(r) => r,
+        Err(e) => return Err(ctx.halt(id, 127, format!("gate did not run: {e}"), session)),
+    };
+    ctx.check_killed(id, session.clone())?;
+    if rc != 0 {
+        let why = if rc == 124 { "timed out".to_string() } else { format!("exit {rc}") };
+        return Err(ctx.halt(id, rc, format!("gate failed ({why}): {cmd_text}"), session));
+    }
+    gated.detail = Some(format!("gate passed: {cmd_text}"));
+    ctx.append(gated)
+}
+
+async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
+    let id = &task.id;
+    let diff = crate::git::review_diff(&ctx.pointer.worktree, files);
+    let prompt = format!(
+        "You are the review seat for task {id} of run {}.\n\nThe task was:\n{}\n\nThe change:\n{diff}\n\n\
+         Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
+        ctx.run_id, task.prompt
+    );
+    let prompt_file = ctx.file("prompts", format!("{id}.{attempt}.review.txt"))?;
+    std::fs::write(&prompt_file, prompt).map_err(|e| End::JournalFailed(e.to_string()))?;
+    let log = ctx.file("logs", format!("{id}.review.log"))?;
+    let t = wrapper::Turn {
+        adapter: Adapter::Codex,
+        prompt_file: &prompt_file,
+        cwd: &ctx.pointer.worktree,
+        log: &log,
+        timeout_s: ctx.turn_timeout_s,
+        model: None,
+        session_id: None,
+        resume: None,
+    };
+    let cmd = wrapper::command(&ctx.wrappers, &t);
+    let (rc, stdout) = match ctx.run_child(id, cmd, &log, None, "reviewing", None).await {
+        Ok(r) => r,
+        Err(e) => return Err(ctx.halt(id, 127, format!("review seat did not run: {e}"), session)),
+    };
+    ctx.check_killed(id, session.clone())?;
+    let out = wrapper::Outcome { rc, status: wrapper::parse_status(&stdout) };
+    if rc != 0 {
+        return Err(ctx.halt(id, rc, format!("review seat failed: {}", out.detail()), session));
+    }
+    let verdict = out.detail();
+    if !verdict.starts_with("APPROVE") {
+        return Err(ctx.halt(id, rc, format!("review rejected: {verdict}"), session));
+    }
+    let mut r = Record::task(id, TaskState::Reviewed);
+    r.rc = Some(0);
+    r.detail = Some(verdict);
+    ctx.append(r)
+}
+
+async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
+    let id = &task.id;
+    let _serial = ctx.commit_lock.lock().await;
+    ctx.check_killed(id, session.clone())?;
+    let subject = format!("{id}: {}", first_line(&task.prompt));
+    let wt = ctx.pointer.worktree.clone();
+    let (run, tid, fl) = (ctx.run_id.to_string(), id.to_string(), files.to_vec());
+    let made =
+        tokio::task::spawn_blocking(move || crate::git::commit_task(&wt, &fl, &subject, &run, &tid, attempt)).await;
+    let sha = match made {
+        Ok(Ok(sha)) => sha,
+        Ok(Err(e)) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
+        Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
+    };
+    let mut r = Record::task(id, TaskState::Committed);
+    r.sha = Some(sha);
+    ctx.append(r)
+}
+
+/// A wrapper killed hard (or before its trap was set) writes no exit marker: the supervisor, now the
+/// log's only writer, appends it so every turn's stream ends with `exit`.
+fn ensure_exit_marker(log: &Path, offset: u64, rc: i32, session: Option<&str>) {
+    use std::io::{Read, Seek, Write};
+    let Ok(mut f) = std::fs::OpenOptions::new().read(true).append(true).open(log) else { return };
+    let mut turn = Vec::new();
+    if f.seek(std::io::SeekFrom::Start(offset)).is_err() || f.read_to_end(&mut turn).is_err() {
+        return;
+    }
+    if turn.split(|&b| b == b'\n').any(|l| l.starts_with(b"{\"harness\":\"exit\"")) {
+        return;
+    }
+    let mut line = Vec::new();
+    if !turn.is_empty() && !turn.ends_with(b"\n") {
+        line.push(b'\n');
+    }
+    let marker = match session {
+        Some(s) => serde_json::json!({"harness": "exit", "rc": rc, "session_id": s}),
+        None => serde_json::json!({"harness": "exit", "rc": rc}),
+    };
+    line.extend_from_slice(marker.to_string().as_bytes());
+    line.push(b'\n');
+    let _ = f.write_all(&line);
+}
+
+fn first_line(s: &str) -> String {
+    let l = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    l.chars().take(72).collect()
+}
+
+/// Changed paths in the worktree (what a wrapper's status line lists), for recovery.
+pub(crate) fn changed_files(worktree: &Path) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(worktree)
+        .args(["status", "--porcelain=v1", "-z", "--untracked-files=all"])
+        .stdin(Stdio::null())
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    let mut files = Vec::new();
+    let mut it = out.stdout.split(|&b| b == 0).filter(|e| !e.is_empty());
+    while let Some(e) = it.next() {
+        if e.len() < 4 {
+            continue;
+        }
+        files.push(String::from_utf8_lossy(&e[3..]).into_owned());
+        if (e[0] == b'R' || e[0] == b'C')
+            && let Some(orig) = it.next()
+        {
+            files.push(String::from_utf8_lossy(orig).into_owned());
+        }
+    }
+    files
+}
