@@ -375,7 +375,7 @@ fn commit_without_its_record_gets_the_record_not_a_second_commit() {
     let out = b.harness("success").args(["supervise", &b.run_id()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(b.commits_of("A"), 1);
-    let last_task = b.journal().into_iter().filter(|r| r["task"] == "A").next_back().unwrap();
+    let last_task = b.journal().into_iter().rfind(|r| r["task"] == "A").unwrap();
     assert_eq!(last_task["state"], "committed");
     assert_eq!(last_task["detail"], "recovered: the commit existed, its record did not");
     assert_eq!(b.records().len(), 1, "no second turn");
