@@ -342,7 +342,10 @@ impl Bench {
         let mut ids: Vec<String> = std::fs::read_dir(self.home().join("runs"))
             .unwrap()
             .flatten()
-            .map(|e| e.file_name().to_string_lossy().trim_end_matches(".json").to_string())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            // Skip the temp file of an atomic write in progress.
+            .filter(|n| !n.starts_with('.') && n.ends_with(".json"))
+            .map(|n| n.trim_end_matches(".json").to_string())
             .collect();
         ids.sort();
         ids.pop().expect("a registered run")
