@@ -1,8 +1,8 @@
 //! The `harness` command line: argument parsing and turning results into one stderr line plus an exit
 //! code. Business logic lives in the modules it calls.
 //!
-//! Exit codes: 0 success, 1 the operation failed (message on stderr), 2 usage error (bad arguments or
-//! ids), 3 `journal reconcile` found discrepancies.
+//! Exit codes: 0 success, 1 the operation failed or was refused (message on stderr), 2 usage error
+//! (bad arguments or ids), 3 `journal reconcile` found discrepancies, 4 the API could not be reached.
 
 use crate::home::Home;
 use crate::ids::{RunId, Slug, TaskId};
@@ -25,12 +25,20 @@ struct Cli {
 enum Cmd {
     /// Serve the HTTP API (durable views; live routes need the run's supervisor).
     Api {
-        /// Address to listen on (loopback only). Repeatable. Default 127.0.0.1:7878 or $HARNESS_API_ADDR.
+        /// Address to listen on. Repeatable. Default 127.0.0.1:7878 or $HARNESS_API_ADDR. A
+        /// non-loopback address is refused unless a token is configured.
         #[arg(long)]
         listen: Vec<SocketAddr>,
         /// Also listen on this Unix socket path.
         #[arg(long)]
         unix: Option<PathBuf>,
+        /// A browser origin allowed to call the API (e.g. the Web UI dev server
+        /// http://127.0.0.1:5173). Repeatable; also $HARNESS_API_ALLOW_ORIGINS (comma-separated).
+        #[arg(long)]
+        allow_origin: Vec<String>,
+        /// SSE heartbeat period (at most 10 s).
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        heartbeat: std::time::Duration,
     },
     /// The global run registry ($HARNESS_HOME/runs).
     #[command(subcommand)]
@@ -44,6 +52,19 @@ enum Cmd {
     /// Plan files.
     #[command(subcommand)]
     Plan(PlanCmd),
+    /// The demo: a supervised example run (fake engines replaying real captures) in a scratch git
+    /// repo, with the API serving it. Prints the commands to watch, steer and kill it.
+    Demo {
+        /// Where to put the scratch repo and harness home (default: a new dir under /tmp).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// API address.
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: SocketAddr,
+        /// Engine pacing: recorded (the captures' own timing), fast, or seconds per line.
+        #[arg(long, default_value = "recorded")]
+        pace: String,
+    },
     /// Start a run of PLAN.json: batch in the foreground, or with a supervisor (--supervised).
     Run {
         plan: PathBuf,
@@ -70,6 +91,68 @@ enum Cmd {
         #[command(flatten)]
         tuning: Tuning,
     },
+    /// List runs (via the API).
+    Runs {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: its waves and task states (via the API).
+    Show {
+        run: String,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a task's events live (SSE), reconnecting with Last-Event-ID on its own.
+    Watch {
+        run: String,
+        task: String,
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print events/v1 JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Start after this seq (default: from the beginning of the log).
+        #[arg(long)]
+        after: Option<String>,
+        /// Stop after the next `exit` event (the end of a turn).
+        #[arg(long)]
+        until_exit: bool,
+    },
+    /// Queue a message for a task's next turn (resume of its session).
+    Steer {
+        run: String,
+        task: String,
+        msg: String,
+        /// Kill the current turn first.
+        #[arg(long)]
+        interrupt: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Kill a task's running turn.
+    Kill {
+        run: String,
+        task: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Hold a run: no new task or turn is dispatched.
+    Pause {
+        run: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Release a paused run.
+    Resume {
+        run: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Stop a supervised run: kill its running tasks; the run ends failed.
     Stop { run: String },
     /// Ask a run's supervisor for its status (over the control socket).
@@ -95,6 +178,25 @@ enum Cmd {
         #[arg(long)]
         observed_ts: Option<String>,
     },
+}
+
+/// Where the API is.
+#[derive(clap::Args, Clone)]
+struct ApiArgs {
+    /// The API address (default $HARNESS_API_ADDR or 127.0.0.1:7878).
+    #[arg(long = "api")]
+    addr: Option<SocketAddr>,
+}
+
+impl ApiArgs {
+    fn client(&self) -> Result<crate::client::Client, Fail> {
+        let addr = match self.addr {
+            Some(a) => a,
+            None => default_api_addr()?,
+        };
+        let token = Home::from_env().ok().and_then(|h| api_token(&h).ok().flatten());
+        Ok(crate::client::Client { addr, token })
+    }
 }
 
 /// Supervisor tuning.
@@ -263,7 +365,7 @@ pub fn out(line: &str) {
 
 fn run(cmd: Cmd) -> Result<(), Fail> {
     match cmd {
-        Cmd::Api { listen, unix } => api(listen, unix),
+        Cmd::Api { listen, unix, allow_origin, heartbeat } => api(listen, unix, allow_origin, heartbeat),
         Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => {
             let slug = Slug::parse(&slug).map_err(usage)?;
             let plane = match plane.as_str() {
@@ -343,10 +445,43 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             print_json(&liveness::reap(&p.liveness_path(), &p.run_id, &view)?);
             Ok(())
         }
+        Cmd::Demo { dir, listen, pace } => crate::demo::run(dir, listen, &pace).map_err(|e| Fail(1, e)),
         Cmd::Run { plan, repo, worktree, project, supervised, foreground, tuning } => {
             run_plan(&plan, repo, worktree, project, supervised, foreground, &tuning)
         }
         Cmd::Supervise { run, tuning } => supervise(&run, &tuning),
+        Cmd::Runs { api, json } => runs(&api, json),
+        Cmd::Show { run, api, json } => show(&run, &api, json),
+        Cmd::Watch { run, task, api, json, after, until_exit } => watch(&run, &task, &api, json, after, until_exit),
+        Cmd::Steer { run, task, msg, interrupt, api } => {
+            let body = serde_json::json!({"msg": msg, "interrupt": interrupt, "by": "cli"});
+            post(
+                &api,
+                &format!(
+                    "/runs/{}/tasks/{}/steer",
+                    RunId::parse(&run).map_err(usage)?,
+                    TaskId::parse(&task).map_err(usage)?
+                ),
+                body,
+            )
+        }
+        Cmd::Kill { run, task, api } => post(
+            &api,
+            &format!(
+                "/runs/{}/tasks/{}/kill",
+                RunId::parse(&run).map_err(usage)?,
+                TaskId::parse(&task).map_err(usage)?
+            ),
+            serde_json::json!({"by": "cli"}),
+        ),
+        Cmd::Pause { run, api } => {
+            post(&api, &format!("/runs/{}/pause", RunId::parse(&run).map_err(usage)?), serde_json::json!({"by": "cli"}))
+        }
+        Cmd::Resume { run, api } => post(
+            &api,
+            &format!("/runs/{}/resume", RunId::parse(&run).map_err(usage)?),
+            serde_json::json!({"by": "cli"}),
+        ),
         Cmd::Stop { run } => control_verb(&run, "stop"),
         Cmd::Status { run } => control_verb(&run, "status"),
         Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
@@ -437,7 +572,7 @@ fn run_plan(
     let how = if crate::runner::systemd_units_available() {
         crate::runner::start_with_systemd(&id)
     } else {
-        crate::runner::start_detached(&home, &p, &tuning.args())
+        crate::runner::start_detached(&home, &p, &tuning.args(), &[])
     }
     .map_err(|e| Fail(1, e.to_string()))?;
     watch(&how);
@@ -477,6 +612,157 @@ fn finish_supervise(id: &RunId, home: Home, opts: crate::supervisor::Options) ->
             out(&format!("run {id} failed: {d}"));
         }
     }
+    Ok(())
+}
+
+fn client_rt() -> Result<tokio::runtime::Runtime, Fail> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// Turns an API answer into output or a one-line error with the API's detail.
+fn api_answer(status: u16, body: &[u8]) -> Result<serde_json::Value, Fail> {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+    if (200..300).contains(&status) {
+        return Ok(v);
+    }
+    let detail = v["detail"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    Err(Fail(1, format!("{status}: {detail}")))
+}
+
+fn unreachable(e: crate::client::Unreachable) -> Fail {
+    Fail(4, format!("{e} (start it with `harness api`, or pass --api ADDR)"))
+}
+
+fn runs(api: &ApiArgs, json: bool) -> Result<(), Fail> {
+    let c = api.client()?;
+    let (status, body) = client_rt()?.block_on(c.call("GET", "/runs", None)).map_err(unreachable)?;
+    let v = api_answer(status, &body)?;
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    out(&format!("{:<40} {:<9} {:>5} {:>9} {:<5} {}", "RUN", "STATUS", "WAVE", "DONE", "LIVE", "PROJECT/BRANCH"));
+    for r in v.as_array().into_iter().flatten() {
+        out(&format!(
+            "{:<40} {:<9} {:>5} {:>9} {:<5} {}{}",
+            r["runId"].as_str().unwrap_or(""),
+            r["status"].as_str().unwrap_or(""),
+            r["wave"].as_u64().map(|w| format!("{w}/{}", r["waves"].as_u64().unwrap_or(0))).unwrap_or_default(),
+            format!("{}/{}", r["counts"]["committed"].as_u64().unwrap_or(0), r["tasks"].as_u64().unwrap_or(0)),
+            if r["live"] == true { "yes" } else { "no" },
+            r["project"].as_str().unwrap_or(""),
+            r["branch"].as_str().map(|b| format!(" ({b})")).unwrap_or_default(),
+        ));
+    }
+    Ok(())
+}
+
+fn show(run: &str, api: &ApiArgs, json: bool) -> Result<(), Fail> {
+    let id = RunId::parse(run).map_err(usage)?;
+    let c = api.client()?;
+    let (status, body) = client_rt()?.block_on(c.call("GET", &format!("/runs/{id}"), None)).map_err(unreachable)?;
+    let v = api_answer(status, &body)?;
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    out(&format!(
+        "run {id} · {} · {}{} · {}",
+        v["status"].as_str().unwrap_or(""),
+        v["repoRoot"].as_str().unwrap_or(""),
+        v["branch"].as_str().map(|b| format!(" ({b})")).unwrap_or_default(),
+        if v["live"] == true { "supervised, live" } else { "not live" }
+    ));
+    for w in v["plan"]["waves"].as_array().into_iter().flatten() {
+        out(&format!("wave {}", w["wave"]));
+        for t in w["tasks"].as_array().into_iter().flatten() {
+            out(&format!(
+                "  {:<16} {:<7} {:<11} {}",
+                t["id"].as_str().unwrap_or(""),
+                t["adapter"].as_str().unwrap_or(""),
+                t["state"].as_str().unwrap_or(""),
+                t["detail"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn watch(
+    run: &str,
+    task: &str,
+    api: &ApiArgs,
+    json: bool,
+    after: Option<String>,
+    until_exit: bool,
+) -> Result<(), Fail> {
+    let id = RunId::parse(run).map_err(usage)?;
+    let task = TaskId::parse(task).map_err(usage)?;
+    if let Some(a) = &after {
+        crate::events::Seq::parse(a).map_err(usage)?;
+    }
+    let c = api.client()?;
+    let rt = client_rt()?;
+    let mut r = crate::render::Renderer::default();
+    let mut print = |data: &str| -> bool {
+        let v: serde_json::Value = serde_json::from_str(data).unwrap_or(serde_json::Value::Null);
+        if json {
+            out(data);
+        } else {
+            use std::io::Write;
+            let text = r.render(&v);
+            let mut o = std::io::stdout().lock();
+            if o.write_all(text.as_bytes()).and_then(|_| o.flush()).is_err() {
+                std::process::exit(0);
+            }
+        }
+        !(until_exit && v["type"] == "exit")
+    };
+    let path = format!("/runs/{id}/tasks/{task}/stream");
+    let status = rt.block_on(c.follow(&path, after.clone(), |e| print(&e.data))).map_err(unreachable)?;
+    if status == 200 {
+        return Ok(());
+    }
+    if status != 409 {
+        let (s, body) = rt.block_on(c.call("GET", &path, None)).map_err(unreachable)?;
+        return api_answer(s, &body).map(|_| ());
+    }
+    // Not live: print what the log holds (the durable pages) and say so.
+    eprintln!("harness: run {id} is not live; its recorded events:");
+    let mut cursor = after;
+    loop {
+        let q = match &cursor {
+            Some(a) => format!("/runs/{id}/tasks/{task}/events?after={a}&limit=5000"),
+            None => format!("/runs/{id}/tasks/{task}/events?limit=5000"),
+        };
+        let (s, body) = rt.block_on(c.call("GET", &q, None)).map_err(unreachable)?;
+        if s != 200 {
+            return api_answer(s, &body).map(|_| ());
+        }
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let mut n = 0;
+        for line in text.lines() {
+            n += 1;
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or(serde_json::Value::Null);
+            cursor = Some(match &v["seq"] {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+            if !print(line) {
+                return Ok(());
+            }
+        }
+        if n < 5000 {
+            return Ok(());
+        }
+    }
+}
+
+fn post(api: &ApiArgs, path: &str, body: serde_json::Value) -> Result<(), Fail> {
+    let c = api.client()?;
+    let (status, bytes) = client_rt()?.block_on(c.call("POST", path, Some(&body))).map_err(unreachable)?;
+    let v = api_answer(status, &bytes)?;
+    out(v["detail"].as_str().map(str::to_string).unwrap_or_else(|| v.to_string()).as_str());
     Ok(())
 }
 
@@ -585,14 +871,65 @@ fn default_api_addr() -> Result<SocketAddr, Fail> {
     }
 }
 
-fn api(listen: Vec<SocketAddr>, unix: Option<PathBuf>) -> Result<(), Fail> {
+/// The API token: `$HARNESS_API_TOKEN`, else `$HARNESS_HOME/api.token` (which must be mode 0600).
+pub fn api_token(home: &Home) -> Result<Option<String>, String> {
+    if let Ok(t) = std::env::var("HARNESS_API_TOKEN")
+        && !t.trim().is_empty()
+    {
+        return Ok(Some(t.trim().to_string()));
+    }
+    let path = home.root.join("api.token");
+    match std::fs::read_to_string(&path) {
+        Ok(t) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+            if mode & 0o077 != 0 {
+                return Err(format!(
+                    "{} is mode {mode:o}: others can read it; chmod 600 {}",
+                    path.display(),
+                    path.display()
+                ));
+            }
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(format!("{} is empty", path.display()));
+            }
+            Ok(Some(t))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn api(
+    listen: Vec<SocketAddr>,
+    unix: Option<PathBuf>,
+    mut allow_origin: Vec<String>,
+    heartbeat: std::time::Duration,
+) -> Result<(), Fail> {
     let home = home()?;
+    let token = api_token(&home).map_err(usage)?;
     let addrs = if listen.is_empty() { vec![default_api_addr()?] } else { listen };
     for a in &addrs {
-        if !a.ip().is_loopback() {
-            return Err(usage(format!("--listen {a}: only loopback addresses are allowed")));
+        if !a.ip().is_loopback() && token.is_none() {
+            return Err(usage(format!(
+                "--listen {a}: a non-loopback address needs a token (HARNESS_API_TOKEN or $HARNESS_HOME/api.token)"
+            )));
         }
     }
+    if let Ok(env) = std::env::var("HARNESS_API_ALLOW_ORIGINS") {
+        allow_origin.extend(env.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
+    }
+    let mut origins = Vec::new();
+    for o in &allow_origin {
+        let n = crate::api::guard::normalize_origin(o)
+            .ok_or_else(|| usage(format!("--allow-origin {o:?}: expected scheme://host[:port]")))?;
+        origins.push(n);
+    }
+    if heartbeat.is_zero() || heartbeat > std::time::Duration::from_secs(10) {
+        return Err(usage("--heartbeat must be between 1ms and 10s (proxies drop idle streams)"));
+    }
+    let cfg = crate::api::Config { allow_origins: origins, token, heartbeat, ..Default::default() };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let mut listeners = Vec::new();
@@ -609,8 +946,8 @@ fn api(listen: Vec<SocketAddr>, unix: Option<PathBuf>) -> Result<(), Fail> {
             announce(&format!("listening on unix:{}", path.display()));
             listeners.push(crate::api::Listener::Unix(l));
         }
-        let api = std::sync::Arc::new(crate::api::Api::new(home));
         let (tx, rx) = tokio::sync::watch::channel(false);
+        let api = std::sync::Arc::new(crate::api::Api::new(home, cfg, rx.clone()));
         tokio::spawn(async move {
             crate::service::terminated().await;
             let _ = tx.send(true);

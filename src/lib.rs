@@ -5,6 +5,8 @@
 pub mod adapter;
 pub mod api;
 pub mod cli;
+pub mod client;
+pub mod demo;
 pub mod events;
 pub mod git;
 pub mod home;
@@ -15,7 +17,9 @@ pub mod liveness;
 pub mod normalize;
 pub mod plan;
 pub mod registry;
+pub mod render;
 pub mod runner;
 pub mod service;
 pub mod supervisor;
+pub mod tail;
 pub mod wrapper;

@@ -130,7 +130,12 @@ pub fn start_with_systemd(run: &RunId) -> Result<String, RunError> {
 
 /// Spawns `harness supervise <run>` detached (new session, stdin closed, output appended to
 /// `<runstateDir>/<slug>.supervisor.log`) and waits for its socket.
-pub fn start_detached(home: &Home, pointer: &Pointer, extra: &[String]) -> Result<String, RunError> {
+pub fn start_detached(
+    home: &Home,
+    pointer: &Pointer,
+    extra: &[String],
+    envs: &[(String, String)],
+) -> Result<String, RunError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| RunError::Failed(e.to_string()))?;
     let log_path = pointer.runstate_dir.join(format!("{}.supervisor.log", pointer.slug));
@@ -142,7 +147,11 @@ pub fn start_detached(home: &Home, pointer: &Pointer, extra: &[String]) -> Resul
     let err = log.try_clone().map_err(|e| RunError::Failed(e.to_string()))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("supervise").arg(pointer.run_id.as_str()).args(extra);
-    cmd.env("HARNESS_HOME", &home.root).stdin(std::process::Stdio::null()).stdout(log).stderr(err);
+    cmd.env("HARNESS_HOME", &home.root)
+        .envs(envs.iter().cloned())
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err);
     // SAFETY: setsid is async-signal-safe; it detaches the supervisor from our terminal and group.
     unsafe {
         cmd.pre_exec(|| {

@@ -1,6 +1,11 @@
-//! Who may talk to the API: the `Host` allowlist (DNS-rebinding defence). A page on `evil.example`
-//! that rebinds its name to 127.0.0.1 still sends `Host: evil.example`, so only the loopback names
-//! with this listener's own port pass.
+//! Who may talk to the API:
+//! - the `Host` allowlist (DNS-rebinding defence): a page on `evil.example` that rebinds its name to
+//!   127.0.0.1 still sends `Host: evil.example`, so only the loopback names with this listener's own
+//!   port pass;
+//! - the `Origin` allowlist: a browser request from any origin that is neither the API's own nor
+//!   configured (`--allow-origin`) is refused (CSRF, cross-site reads); allowed origins get exact
+//!   CORS answers, never `*`;
+//! - the optional bearer token (`Authorization: Bearer <t>` or `?token=<t>`, compared in constant time).
 
 use hyper::HeaderMap;
 use hyper::header::HOST;
@@ -30,6 +35,81 @@ pub fn check_host(headers: &HeaderMap, via: Via) -> Result<(), String> {
     if ok { Ok(()) } else { Err(format!("Host {host:?} is not a loopback name of this API")) }
 }
 
+/// An origin as browsers send it: lowercase scheme and host, no trailing slash.
+pub fn normalize_origin(o: &str) -> Option<String> {
+    let o = o.trim().trim_end_matches('/');
+    let (scheme, rest) = o.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    if (scheme != "http" && scheme != "https") || rest.is_empty() || rest.contains('/') {
+        return None;
+    }
+    Some(format!("{scheme}://{}", rest.to_ascii_lowercase()))
+}
+
+/// What the `Origin` check decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginOk {
+    /// No `Origin` (not a browser) or the API's own origin: no CORS headers.
+    SameOrNone,
+    /// An allowlisted origin: echo it in `Access-Control-Allow-Origin`.
+    Cors(String),
+}
+
+/// Checks the `Origin` header against the API's own origins and the allowlist.
+pub fn check_origin(headers: &HeaderMap, via: Via, allowed: &[String]) -> Result<OriginOk, String> {
+    let mut it = headers.get_all(hyper::header::ORIGIN).iter();
+    let origin = match (it.next(), it.next()) {
+        (None, _) => return Ok(OriginOk::SameOrNone),
+        (Some(_), Some(_)) => return Err("more than one Origin header".into()),
+        (Some(o), None) => o.to_str().map_err(|_| "Origin header is not ASCII".to_string())?,
+    };
+    let Some(norm) = normalize_origin(origin) else {
+        return Err(format!("Origin {:?} is not allowed", short(origin)));
+    };
+    if let Via::Tcp(port) = via {
+        let own =
+            [format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}"), format!("http://[::1]:{port}")];
+        if own.contains(&norm) {
+            return Ok(OriginOk::SameOrNone);
+        }
+    }
+    if allowed.contains(&norm) {
+        return Ok(OriginOk::Cors(norm));
+    }
+    Err(format!("Origin {:?} is not allowed (start the API with --allow-origin {norm} to allow it)", short(origin)))
+}
+
+fn short(s: &str) -> String {
+    s.chars().take(100).collect()
+}
+
+/// Checks the bearer token (header or `token` query parameter) when one is configured.
+pub fn check_token(headers: &HeaderMap, query: Option<&str>, token: Option<&str>) -> Result<(), String> {
+    let Some(want) = token else { return Ok(()) };
+    let from_header = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let from_query = query.and_then(|q| {
+        q.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(|v| crate::api::routes::percent_decode(v).ok())
+    });
+    let given = from_header.map(str::to_string).or(from_query);
+    match given {
+        Some(g) if constant_time_eq(g.as_bytes(), want.as_bytes()) => Ok(()),
+        Some(_) => Err("invalid token".into()),
+        None => Err("a token is required: Authorization: Bearer <token> or ?token=<token>".into()),
+    }
+}
+
+/// Compares without an early exit (the length is not secret).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 fn allowed_tcp_host(host: &str, port: u16) -> bool {
     let p = port.to_string();
     let with_port = |name: &str| host.strip_prefix(name).and_then(|r| r.strip_prefix(':')) == Some(p.as_str());
@@ -52,6 +132,27 @@ mod tests {
         let mut m = HeaderMap::new();
         m.insert(HOST, HeaderValue::from_str(v).unwrap());
         m
+    }
+
+    #[test]
+    fn origin_allowlist_and_token() {
+        let mut h = HeaderMap::new();
+        assert_eq!(check_origin(&h, Via::Tcp(7878), &[]), Ok(OriginOk::SameOrNone));
+        h.insert(hyper::header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:7878"));
+        assert_eq!(check_origin(&h, Via::Tcp(7878), &[]), Ok(OriginOk::SameOrNone));
+        h.insert(hyper::header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:5173"));
+        assert!(check_origin(&h, Via::Tcp(7878), &[]).is_err());
+        let allow = vec!["http://127.0.0.1:5173".to_string()];
+        assert_eq!(check_origin(&h, Via::Tcp(7878), &allow), Ok(OriginOk::Cors("http://127.0.0.1:5173".into())));
+        h.insert(hyper::header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(check_origin(&h, Via::Tcp(7878), &allow).is_err());
+        let mut h = HeaderMap::new();
+        assert!(check_token(&h, None, None).is_ok());
+        assert!(check_token(&h, None, Some("s3")).is_err());
+        assert!(check_token(&h, Some("a=1&token=s3"), Some("s3")).is_ok());
+        h.insert(hyper::header::AUTHORIZATION, HeaderValue::from_static("Bearer s3"));
+        assert!(check_token(&h, None, Some("s3")).is_ok());
+        assert!(check_token(&h, None, Some("s4")).is_err());
     }
 
     #[test]

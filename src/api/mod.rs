@@ -4,9 +4,15 @@
 //!
 //! The API never mutates run state itself: it reads files, and live verbs go to the supervisor.
 
+// Handlers return `Result<_, Response>`: the error is the HTTP answer itself, built where the
+// problem is found. Boxing it would only add an allocation to the error path.
+#![allow(clippy::result_large_err)]
+
 pub mod durable;
 pub mod guard;
 pub mod routes;
+pub mod stream;
+pub mod verbs;
 
 use bytes::Bytes;
 use durable::{Durable, DurableError};
@@ -32,14 +38,56 @@ pub enum Listener {
     Unix(UnixListener),
 }
 
-/// Shared state of one API process.
+/// How the API is configured.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Browser origins allowed to call the API (exact, normalized), e.g. the Web UI's dev server.
+    pub allow_origins: Vec<String>,
+    /// When set, every route needs `Authorization: Bearer <token>` or `?token=<token>`.
+    pub token: Option<String>,
+    /// SSE heartbeat comment period.
+    pub heartbeat: Duration,
+    /// Events buffered per SSE client before a slow client starts losing them (reported).
+    pub stream_buffer: usize,
+    /// Log polling period when inotify is not available (and as a safety net).
+    pub poll: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            allow_origins: Vec::new(),
+            token: None,
+            heartbeat: stream::HEARTBEAT,
+            stream_buffer: 1024,
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Shared state of one API process. Everything here is a cache or configuration: responses are
+/// recomputed from files on disk and what a live supervisor answers.
 pub struct Api {
     pub durable: Durable,
+    pub cfg: Config,
+    pub index: crate::tail::LineIndex,
+    pub hub: crate::tail::WatchHub,
+    /// Flips to true on shutdown: SSE streams end themselves so in-flight responses can finish.
+    pub shutdown: watch::Receiver<bool>,
+    /// Open SSE streams (for status lines).
+    pub streams: std::sync::atomic::AtomicUsize,
 }
 
 impl Api {
-    pub fn new(home: crate::home::Home) -> Api {
-        Api { durable: Durable::new(home) }
+    pub fn new(home: crate::home::Home, cfg: Config, shutdown: watch::Receiver<bool>) -> Api {
+        Api {
+            durable: Durable::new(home),
+            cfg,
+            index: Default::default(),
+            hub: crate::tail::WatchHub::new(),
+            shutdown,
+            streams: Default::default(),
+        }
     }
 }
 
@@ -62,7 +110,7 @@ pub fn error_response(status: StatusCode, detail: impl Into<String>) -> Response
     json_response(status, &json!({"ok": false, "detail": detail.into()}))
 }
 
-fn durable_error(e: DurableError) -> Response<Body> {
+pub(crate) fn durable_error(e: DurableError) -> Response<Body> {
     match e {
         DurableError::UnknownRun(_) | DurableError::UnknownTask { .. } => {
             error_response(StatusCode::NOT_FOUND, e.to_string())
@@ -104,7 +152,8 @@ pub async fn handle(api: Arc<Api>, via: Via, req: Request<Incoming>) -> Result<R
     Ok(dispatch(api, route, req).await.unwrap_or_else(|r| r))
 }
 
-async fn dispatch(api: Arc<Api>, route: Route, _req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+async fn dispatch(api: Arc<Api>, route: Route, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+    use crate::journal::Verb;
     match route {
         Route::Runs => {
             let a = api.clone();
@@ -123,7 +172,58 @@ async fn dispatch(api: Arc<Api>, route: Route, _req: Request<Incoming>) -> Resul
             let v = blocking(move || a.durable.task_detail(&run, &task)).await?.map_err(durable_error)?;
             Ok(json_response(StatusCode::OK, &v))
         }
-        other => Err(error_response(StatusCode::NOT_FOUND, format!("route {other:?} is not served by this build"))),
+        Route::Stream(run, task) => {
+            let after = stream::last_event_id(req.headers(), req.uri().query())?;
+            let (a, r, t) = (api.clone(), run.clone(), task.clone());
+            let src = blocking(move || stream::source(&a, &r, &t)).await??;
+            // As the design pins: the live stream needs the run's supervisor.
+            let sock = api.durable.home.socket_path(&run);
+            let live = src.pointer.plane == crate::registry::Plane::Standalone
+                && tokio::task::spawn_blocking(move || crate::supervisor::control::is_live(&sock))
+                    .await
+                    .unwrap_or(false);
+            if !live {
+                return Err(error_response(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "run not supervised / not live: no supervisor answers for {run}; its events stay readable at /runs/{run}/tasks/{task}/events"
+                    ),
+                ));
+            }
+            Ok(stream::sse(api, src, after))
+        }
+        Route::Events(run, task) => {
+            let q = req.uri().query().map(str::to_string);
+            let after = match stream::query_param(q.as_deref(), "after")? {
+                Some(a) if !a.is_empty() => Some(
+                    crate::events::Seq::parse(&a)
+                        .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("after: {e}")))?,
+                ),
+                _ => None,
+            };
+            let limit = match stream::query_param(q.as_deref(), "limit")? {
+                None => stream::PAGE_DEFAULT,
+                Some(l) => match l.parse::<usize>() {
+                    Ok(n @ 1..=stream::PAGE_MAX) => n,
+                    _ => {
+                        return Err(error_response(
+                            StatusCode::BAD_REQUEST,
+                            format!("limit must be an integer 1..={}", stream::PAGE_MAX),
+                        ));
+                    }
+                },
+            };
+            let a = api.clone();
+            Ok(blocking(move || match stream::source(&a, &run, &task) {
+                Ok(src) => stream::events_page(&a, &src, after, limit),
+                Err(r) => r,
+            })
+            .await?)
+        }
+        Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req).await,
+        Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req).await,
+        Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req).await,
+        Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req).await,
     }
 }
 

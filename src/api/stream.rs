@@ -1,0 +1,290 @@
+//! Agent events over HTTP: `GET …/stream` (SSE, live, resumable with `Last-Event-ID`) and
+//! `GET …/events?after=&limit=` (durable pages of the same events, for any run). Both are a re-tail
+//! of the task's logfile through the normalizer: no event is stored, `seq` is the line position, so
+//! a reconnect — even to a restarted API — continues exactly.
+
+use super::{Api, Body, error_response, full};
+use crate::events::{Data, Event, Seq, Writer};
+use crate::ids::{RunId, TaskId};
+use crate::normalize::{self, Context};
+use crate::registry::Pointer;
+use crate::tail::{Tail, TailState};
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use hyper::{Response, StatusCode};
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+/// What a stream needs to know about its task.
+pub struct Source {
+    pub pointer: Pointer,
+    pub task: TaskId,
+    pub adapter: crate::adapter::Adapter,
+    pub logfile: PathBuf,
+    pub session: Option<String>,
+}
+
+/// Resolves run + task to their logfile, adapter and session (404 when unknown).
+pub fn source(api: &Api, run: &RunId, task: &TaskId) -> Result<Source, Response<Body>> {
+    let files = api.durable.load(run).map_err(super::durable_error)?;
+    let planned = files.plan.as_ref().and_then(|p| p.task(task)).map(|t| t.adapter);
+    let journaled = files.view.tasks.get(task);
+    let Some(adapter) = planned.or(journaled.map(|_| crate::adapter::Adapter::Claude)) else {
+        return Err(error_response(StatusCode::NOT_FOUND, format!("run {run} has no task {task}")));
+    };
+    let live = files.liveness.as_ref().and_then(|l| l.tasks.get(task));
+    let logfile = journaled
+        .and_then(|j| j.logfile.clone())
+        .or_else(|| live.map(|l| l.logfile.clone()))
+        .unwrap_or_else(|| files.pointer.default_logfile(task));
+    let session = journaled.and_then(|j| j.session_id.clone()).or_else(|| live.and_then(|l| l.session_id.clone()));
+    Ok(Source { pointer: files.pointer, task: task.clone(), adapter, logfile, session })
+}
+
+/// The resume point from `Last-Event-ID` or `?lastEventId=` (400 when it is not a seq).
+pub fn last_event_id(headers: &hyper::HeaderMap, query: Option<&str>) -> Result<Option<Seq>, Response<Body>> {
+    let raw = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str().map_err(|_| error_response(StatusCode::BAD_REQUEST, "Last-Event-ID is not ASCII"))?.to_string(),
+        ),
+        None => query_param(query, "lastEventId")?,
+    };
+    match raw.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) => {
+            Seq::parse(s).map(Some).map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("Last-Event-ID: {e}")))
+        }
+    }
+}
+
+/// One query parameter, percent-decoded (400 when malformed).
+pub fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, Response<Body>> {
+    let Some(q) = query else { return Ok(None) };
+    for kv in q.split('&') {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        if k == name {
+            let v = super::routes::percent_decode(v)
+                .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("query parameter {name}: {e}")))?;
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
+}
+
+fn sse_frame(w: &Writer, e: &Event, with_id: bool) -> Bytes {
+    let mut json = Vec::with_capacity(256);
+    w.write_line(e, &mut json);
+    json.pop(); // the newline: SSE data is one line
+    let mut out = Vec::with_capacity(json.len() + 32);
+    if with_id {
+        out.extend_from_slice(format!("id: {}\n", e.seq).as_bytes());
+    }
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// `GET …/stream`: the SSE response. The producer task tails the log into a bounded channel; when a
+/// slow client lets it fill, events are dropped and the client gets one `error` event naming the
+/// dropped range (no silent loss; memory stays bounded).
+pub fn sse(api: Arc<Api>, src: Source, after: Option<Seq>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(api.cfg.stream_buffer.max(2));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, std::convert::Infallible>(Frame::data(b)), rx))
+    });
+    let api2 = api.clone();
+    tokio::spawn(async move {
+        api2.streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        produce(&api2, src, after, tx).await;
+        api2.streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}
+
+async fn produce(api: &Api, src: Source, after: Option<Seq>, tx: mpsc::Sender<Bytes>) {
+    let run = src.pointer.run_id.to_string();
+    let task = src.task.to_string();
+    let w = Writer::new(&run, &task);
+    let mut shutdown = api.shutdown.clone();
+    let start_line = after.map(|s| s.line).unwrap_or(1);
+    let mut tail = match Tail::at_line(&api.index, &src.logfile, start_line) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "cannot open the log");
+            return;
+        }
+    };
+    let mut wake = api.hub.subscribe(&src.logfile);
+    if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
+        return;
+    }
+    let mut heartbeat = tokio::time::interval(api.cfg.heartbeat);
+    heartbeat.tick().await;
+    // Dropped range (first, last) waiting to be reported.
+    let mut dropped: Option<(Seq, Seq)> = None;
+    loop {
+        let (lines, state) = match tail.read_available(256 * 1024) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "log read failed");
+                (Vec::new(), TailState::Vanished)
+            }
+        };
+        let got = !lines.is_empty();
+        for (ord, line) in &lines {
+            let now = crate::journal::now_rfc3339();
+            let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
+            for e in normalize::normalize_line(src.adapter, *ord, line, &ctx) {
+                if after.is_some_and(|a| e.seq <= a) {
+                    continue;
+                }
+                if let Some((first, last)) = dropped {
+                    let note = overflow_event(&run, &task, first, last);
+                    match tx.try_send(sse_frame(&w, &note, false)) {
+                        Ok(()) => dropped = None,
+                        Err(TrySendError::Full(_)) => {
+                            dropped = Some((first, e.seq));
+                            continue;
+                        }
+                        Err(TrySendError::Closed(_)) => return,
+                    }
+                }
+                match tx.try_send(sse_frame(&w, &e, true)) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => {
+                        dropped = Some(match dropped {
+                            Some((first, _)) => (first, e.seq),
+                            None => (e.seq, e.seq),
+                        });
+                        tracing::debug!(RUN_ID = %run, TASK = %task, SEQ = %e.seq, "slow client: dropping");
+                    }
+                    Err(TrySendError::Closed(_)) => return,
+                }
+            }
+        }
+        if state == TailState::Vanished {
+            let e = Event {
+                run: &run,
+                task: &task,
+                session: src.session.as_deref().map(Cow::Borrowed),
+                seq: Seq::line(tail.next_line()),
+                ts: Cow::Owned(crate::journal::now_rfc3339()),
+                data: Data::Error {
+                    fatal: true,
+                    message: Some(Cow::Owned(format!("logfile {} was deleted or replaced", src.logfile.display()))),
+                    reason: Some(Cow::Borrowed("log_vanished")),
+                    raw: None,
+                },
+            };
+            let _ = tx.send(sse_frame(&w, &e, false)).await;
+            return;
+        }
+        if got {
+            heartbeat.reset();
+            continue; // more may be there already
+        }
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = shutdown.changed() => return,
+            _ = async {
+                match &mut wake {
+                    Some(rx) => { let _ = rx.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+            // Polling fallback (and a safety net for missed wake-ups).
+            _ = tokio::time::sleep(api.cfg.poll) => {}
+            _ = heartbeat.tick() => {
+                if let Err(TrySendError::Closed(_)) = tx.try_send(Bytes::from_static(b": heartbeat\n\n")) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn overflow_event<'a>(run: &'a str, task: &'a str, first: Seq, last: Seq) -> Event<'a> {
+    Event {
+        run,
+        task,
+        session: None,
+        seq: last,
+        ts: Cow::Owned(crate::journal::now_rfc3339()),
+        data: Data::Error {
+            fatal: false,
+            message: Some(Cow::Owned(format!(
+                "dropped events {first} to {last}: the client read too slowly; fetch them from /events or reconnect with Last-Event-ID"
+            ))),
+            reason: Some(Cow::Borrowed("overflow")),
+            raw: None,
+        },
+    }
+}
+
+/// `GET …/events?after=&limit=`: up to `limit` events after `after`, as JSON lines. The response
+/// header `Harness-Next-After` is the seq to pass as `after` for the next page; `Harness-More` says
+/// whether the log holds more complete lines now.
+pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize) -> Response<Body> {
+    let run = src.pointer.run_id.to_string();
+    let task = src.task.to_string();
+    let w = Writer::new(&run, &task);
+    let mut out = Vec::new();
+    let mut n = 0;
+    let mut next_after = after;
+    let mut more = false;
+    match Tail::at_line(&api.index, &src.logfile, after.map(|s| s.line).unwrap_or(1)) {
+        Ok(mut tail) => 'read: loop {
+            let (lines, _) = match tail.read_available(1 << 20) {
+                Ok(r) => r,
+                Err(e) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("log read failed: {e}")),
+            };
+            if lines.is_empty() {
+                break;
+            }
+            let now = crate::journal::now_rfc3339();
+            let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
+            for (ord, line) in &lines {
+                let events = normalize::normalize_line(src.adapter, *ord, line, &ctx);
+                for e in &events {
+                    if after.is_some_and(|a| e.seq <= a) {
+                        continue;
+                    }
+                    if n == limit {
+                        more = true;
+                        break 'read;
+                    }
+                    w.write_line(e, &mut out);
+                    n += 1;
+                    next_after = Some(e.seq);
+                }
+            }
+        },
+        Err(e) => return error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("cannot open the log: {e}")),
+    }
+    let mut r = Response::new(full(out));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    if let Some(s) = next_after
+        && let Ok(v) = HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert("harness-next-after", v);
+    }
+    r.headers_mut().insert("harness-more", HeaderValue::from_static(if more { "true" } else { "false" }));
+    r
+}
+
+/// Default and largest page size of `/events`.
+pub const PAGE_DEFAULT: usize = 500;
+pub const PAGE_MAX: usize = 5000;
+
+/// Heartbeat comment period of SSE streams (at most 10 s: proxies drop idle streams).
+pub const HEARTBEAT: Duration = Duration::from_secs(5);

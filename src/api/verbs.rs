@@ -1,0 +1,147 @@
+//! The POST verbs — steer, kill, pause, resume — carried to whoever holds the run: the supervisor's
+//! control socket for a standalone run, the inbox for a DynWF run. The API decides nothing about
+//! run state: it checks the request, forwards it, and maps the answer (the supervisor's 409s pass
+//! through with their detail). No supervisor → 409 "run not supervised / not live".
+
+use super::{Api, Body, error_response, json_response};
+use crate::ids::{RunId, TaskId};
+use crate::journal::Verb;
+use crate::registry::Plane;
+use crate::supervisor::control::{self, Request};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request body.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Reads and checks a JSON body: `application/json` only (415), at most 64 KiB (413), an object
+/// with only the `allowed` fields (400 naming the field). An empty body is `{}`.
+pub async fn json_body(
+    req: hyper::Request<Incoming>,
+    allowed: &[&str],
+) -> Result<serde_json::Map<String, Value>, Response<Body>> {
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_BODY} bytes")));
+    }
+    let content_type = req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let body = http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await;
+    let bytes = match body {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_BODY} bytes")));
+        }
+        Err(e) => return Err(error_response(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    let is_json = content_type.as_deref().is_some_and(|c| {
+        let mime = c.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        mime == "application/json"
+    });
+    if !is_json {
+        return Err(error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("Content-Type must be application/json (got {})", content_type.as_deref().unwrap_or("none")),
+        ));
+    }
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))?;
+    let Value::Object(map) = v else {
+        return Err(error_response(StatusCode::BAD_REQUEST, "body must be a JSON object"));
+    };
+    if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let k: String = k.chars().take(64).collect();
+        return Err(error_response(
+            StatusCode::BAD_REQUEST,
+            format!("unknown field {k:?} (allowed: {})", allowed.join(", ")),
+        ));
+    }
+    Ok(map)
+}
+
+fn field_str(map: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, Response<Body>> {
+    match map.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(error_response(StatusCode::BAD_REQUEST, format!("field {name} must be a string"))),
+    }
+}
+
+/// Handles one verb. `task` for steer/kill.
+pub async fn verb(
+    api: Arc<Api>,
+    run: RunId,
+    task: Option<TaskId>,
+    verb: Verb,
+    req: hyper::Request<Incoming>,
+) -> Result<Response<Body>, Response<Body>> {
+    let allowed: &[&str] = if verb == Verb::Steer { &["msg", "interrupt", "by"] } else { &["by"] };
+    let body = json_body(req, allowed).await?;
+    let by = field_str(&body, "by")?.unwrap_or_else(|| "api".into());
+    if by.is_empty() || by.len() > 64 {
+        return Err(error_response(StatusCode::BAD_REQUEST, "field by must be 1 to 64 characters"));
+    }
+    let (msg, interrupt) = if verb == Verb::Steer {
+        let msg = field_str(&body, "msg")?
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| error_response(StatusCode::BAD_REQUEST, "field msg is required: the message to queue"))?;
+        let interrupt = match body.get("interrupt") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(error_response(StatusCode::BAD_REQUEST, "field interrupt must be a boolean")),
+        };
+        (Some(msg), interrupt)
+    } else {
+        (None, false)
+    };
+    let a = api.clone();
+    let r = run.clone();
+    let pointer = tokio::task::spawn_blocking(move || a.durable.pointer(&r))
+        .await
+        .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(super::durable_error)?;
+    tracing::info!(RUN_ID = %run, TASK = ?task, VERB = verb.as_str(), by = %by, "verb");
+    if pointer.plane == Plane::Dynwf {
+        let task2 = task.clone();
+        let result =
+            tokio::task::spawn_blocking(move || crate::inbox::append(&pointer, verb, task2, msg, interrupt, &by))
+                .await
+                .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        return match result {
+            Ok(entry) => Ok(json_response(
+                StatusCode::OK,
+                &json!({"ok": true, "queued": entry, "detail": "queued in the DynWF inbox: taken at the next task boundary"}),
+            )),
+            Err(e) => Err(error_response(StatusCode::from_u16(e.status).unwrap_or(StatusCode::CONFLICT), e.detail)),
+        };
+    }
+    let sock = api.durable.home.socket_path(&run);
+    let request = Request {
+        verb: verb.as_str().into(),
+        task: task.map(|t| t.to_string()),
+        msg,
+        interrupt: interrupt.then_some(true),
+        by: Some(by),
+    };
+    // A kill answers once the task's group is gone: allow for the kill grace.
+    let answer = control::request(&sock, &request, Duration::from_secs(60))
+        .await
+        .map_err(|e| error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")))?;
+    if answer["ok"] == true {
+        return Ok(json_response(StatusCode::OK, &answer));
+    }
+    let status =
+        answer["status"].as_u64().and_then(|s| StatusCode::from_u16(s as u16).ok()).unwrap_or(StatusCode::CONFLICT);
+    let detail = answer["detail"].as_str().unwrap_or("refused by the supervisor").to_string();
+    Err(error_response(status, detail))
+}

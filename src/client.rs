@@ -1,0 +1,147 @@
+//! The CLI's HTTP client for the API: plain requests and an SSE follower that reconnects with
+//! `Last-Event-ID` on its own. Talks to `$HARNESS_API_ADDR` (default 127.0.0.1:7878) with the token
+//! when one is configured. No business logic: it carries requests and renders nothing.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Why a request got no HTTP answer.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach the API at {addr}: {detail}")]
+pub struct Unreachable {
+    pub addr: SocketAddr,
+    pub detail: String,
+}
+
+pub struct Client {
+    pub addr: SocketAddr,
+    pub token: Option<String>,
+}
+
+/// One SSE event as sent by the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub data: String,
+}
+
+impl Client {
+    async fn send(&self, req: Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, Unreachable> {
+        let unreachable = |e: &dyn std::fmt::Display| Unreachable { addr: self.addr, detail: e.to_string() };
+        let tcp = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(self.addr))
+            .await
+            .map_err(|_| unreachable(&"connect timed out"))?
+            .map_err(|e| unreachable(&e))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| unreachable(&e))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        sender.send_request(req).await.map_err(|e| unreachable(&e))
+    }
+
+    fn builder(&self, method: &str, path: &str) -> hyper::http::request::Builder {
+        let mut b = Request::builder().method(method).uri(path).header("host", self.addr.to_string());
+        if let Some(t) = &self.token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        b
+    }
+
+    /// A request with an optional JSON body; returns (status, body).
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, Bytes), Unreachable> {
+        let mut b = self.builder(method, path);
+        let bytes = match body {
+            Some(v) => {
+                b = b.header("content-type", "application/json");
+                Bytes::from(serde_json::to_vec(v).expect("a Value serializes"))
+            }
+            None => Bytes::new(),
+        };
+        let req = b.body(Full::new(bytes)).map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
+        let resp = self.send(req).await?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?
+            .to_bytes();
+        Ok((status, body))
+    }
+
+    /// Follows an SSE stream, calling `on_event` for each event; reconnects with the last id after a
+    /// dropped connection. Returns when `on_event` returns false, or with the status of a non-200
+    /// answer (e.g. 409 when the run is not live).
+    pub async fn follow(
+        &self,
+        path: &str,
+        mut last_id: Option<String>,
+        mut on_event: impl FnMut(&SseEvent) -> bool,
+    ) -> Result<u16, Unreachable> {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let mut b = self.builder("GET", path).header("accept", "text/event-stream");
+            if let Some(id) = &last_id {
+                b = b.header("last-event-id", id.as_str());
+            }
+            let req =
+                b.body(Full::new(Bytes::new())).map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
+            let resp = match self.send(req).await {
+                Ok(r) => r,
+                Err(e) if last_id.is_some() => {
+                    // The API went away mid-stream: try again, resuming where we were.
+                    tracing::debug!(error = %e, "reconnecting");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if resp.status() != 200 {
+                return Ok(resp.status().as_u16());
+            }
+            backoff = Duration::from_millis(200);
+            let mut body = resp.into_body();
+            let mut buf = Vec::new();
+            let mut cur = SseEvent { id: None, data: String::new() };
+            while let Some(frame) = body.frame().await {
+                let Ok(frame) = frame else { break };
+                let Some(chunk) = frame.data_ref() else { continue };
+                buf.extend_from_slice(chunk);
+                while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=nl).collect();
+                    let line = String::from_utf8_lossy(&line[..line.len() - 1]).trim_end_matches('\r').to_string();
+                    if line.is_empty() {
+                        if !cur.data.is_empty() || cur.id.is_some() {
+                            if cur.id.is_some() {
+                                last_id = cur.id.clone();
+                            }
+                            if !on_event(&cur) {
+                                return Ok(200);
+                            }
+                        }
+                        cur = SseEvent { id: None, data: String::new() };
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        cur.id = Some(v.trim().to_string());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        if !cur.data.is_empty() {
+                            cur.data.push('\n');
+                        }
+                        cur.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+            }
+            tokio::time::sleep(backoff).await;
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Following a logfile: complete lines with their 1-based ordinals, starting at any ordinal, waking
+//! on inotify (one shared watcher per process) with a polling fallback. A partial last line is held
+//! back until its newline arrives. It never parses JSON.
+//!
+//! `LineIndex` remembers the byte offset of every 4096th line of each file (keyed by path and
+//! inode), so resuming at line N of a large log seeks close to it instead of rescanning the file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::broadcast;
+
+const STRIDE: u64 = 4096;
+
+#[derive(Default)]
+struct FileIndex {
+    ino: u64,
+    /// offsets[k] = byte offset of line k*STRIDE + 1.
+    offsets: Vec<u64>,
+    /// Bytes scanned so far (all complete lines), and the ordinal of the next line there.
+    scanned: u64,
+    next_line: u64,
+}
+
+/// Sparse line-offset index shared by all streams of a process.
+#[derive(Default)]
+pub struct LineIndex {
+    files: Mutex<HashMap<PathBuf, FileIndex>>,
+}
+
+impl LineIndex {
+    /// Where line `line` (1-based) starts: `(byte offset, line)`. When the file has fewer complete
+    /// lines, the end of its complete lines and the ordinal that comes next.
+    pub fn offset_of(&self, path: &Path, line: u64) -> io::Result<(u64, u64)> {
+        let line = line.max(1);
+        let mut f = File::open(path)?;
+        let meta = f.metadata()?;
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let idx = files.entry(path.to_path_buf()).or_default();
+        if idx.ino != meta.ino() || meta.len() < idx.scanned || idx.offsets.is_empty() {
+            *idx = FileIndex { ino: meta.ino(), offsets: vec![0], scanned: 0, next_line: 1 };
+        }
+        if line <= idx.next_line {
+            // Inside the indexed part: from the nearest indexed line, scan without extending.
+            let k = ((line - 1) / STRIDE) as usize;
+            let (pos, cur) = (idx.offsets[k], k as u64 * STRIDE + 1);
+            drop(files);
+            return scan(&mut f, pos, cur, line, |_, _| {});
+        }
+        // Beyond it: scan from its end, extending the index as we go.
+        let (pos, cur) = (idx.scanned, idx.next_line);
+        let found = scan(&mut f, pos, cur, line, |at, l| {
+            if (l - 1) % STRIDE == 0 && ((l - 1) / STRIDE) as usize == idx.offsets.len() {
+                idx.offsets.push(at);
+            }
+            idx.scanned = at;
+            idx.next_line = l;
+        })?;
+        Ok(found)
+    }
+}
+
+/// Reads from `pos` (the start of line `cur`) until line `want` starts or the complete lines end;
+/// `seen(offset, line)` is called for every line start found.
+fn scan(f: &mut File, mut pos: u64, mut cur: u64, want: u64, mut seen: impl FnMut(u64, u64)) -> io::Result<(u64, u64)> {
+    if cur >= want {
+        return Ok((pos, cur));
+    }
+    f.seek(SeekFrom::Start(pos))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut line_start = pos;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok((line_start, cur));
+        }
+        for nl in memchr::memchr_iter(b'\n', &buf[..n]) {
+            cur += 1;
+            line_start = pos + nl as u64 + 1;
+            seen(line_start, cur);
+            if cur == want {
+                return Ok((line_start, cur));
+            }
+        }
+        pos += n as u64;
+    }
+}
+
+/// Complete lines read, each with its 1-based ordinal (without the `\n`).
+pub type Lines = Vec<(u64, Vec<u8>)>;
+
+/// A reader positioned at a line ordinal of a file.
+pub struct Tail {
+    path: PathBuf,
+    file: Option<File>,
+    ino: u64,
+    /// Byte offset of the next unread byte.
+    offset: u64,
+    /// Ordinal of the next complete line to return.
+    next_line: u64,
+    /// Bytes of an incomplete last line.
+    partial: Vec<u8>,
+}
+
+/// What a read found besides lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailState {
+    /// Still there (maybe not yet created).
+    Open,
+    /// The file existed and is gone, replaced, or shorter than what was read.
+    Vanished,
+}
+
+impl Tail {
+    /// A tail whose first returned line will be `line` (1-based). The file may not exist yet.
+    pub fn at_line(index: &LineIndex, path: &Path, line: u64) -> io::Result<Tail> {
+        let mut t = Tail { path: path.to_path_buf(), file: None, ino: 0, offset: 0, next_line: 1, partial: Vec::new() };
+        match index.offset_of(path, line) {
+            Ok((off, cur)) => {
+                let f = File::open(path)?;
+                t.ino = f.metadata()?.ino();
+                t.file = Some(f);
+                t.offset = off;
+                t.next_line = cur;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(t)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Ordinal of the next line this tail will return.
+    pub fn next_line(&self) -> u64 {
+        self.next_line
+    }
+
+    /// Reads what is available now (at most ~`max` bytes) and returns the complete lines with their
+    /// ordinals (each line without its `\n`).
+    pub fn read_available(&mut self, max: usize) -> io::Result<(Lines, TailState)> {
+        if self.file.is_none() {
+            match File::open(&self.path) {
+                Ok(f) => {
+                    self.ino = f.metadata()?.ino();
+                    self.file = Some(f);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), TailState::Open)),
+                Err(e) => return Err(e),
+            }
+        }
+        // Gone or replaced (a log is append-only: anything else ends the stream).
+        match std::fs::metadata(&self.path) {
+            Ok(m) if m.ino() == self.ino && m.len() >= self.offset => {}
+            Ok(_) => return Ok((Vec::new(), TailState::Vanished)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), TailState::Vanished)),
+            Err(e) => return Err(e),
+        }
+        let f = self.file.as_mut().expect("opened above");
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = vec![0u8; max.max(4096)];
+        let n = f.read(&mut buf)?;
+        buf.truncate(n);
+        self.offset += n as u64;
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', &buf) {
+            let mut line = std::mem::take(&mut self.partial);
+            line.extend_from_slice(&buf[start..nl]);
+            lines.push((self.next_line, line));
+            self.next_line += 1;
+            start = nl + 1;
+        }
+        self.partial.extend_from_slice(&buf[start..]);
+        Ok((lines, TailState::Open))
+    }
+}
+
+/// One inotify watcher for the whole process: streams subscribe to a path and get a wake-up
+/// whenever something in its directory changes. Without inotify, subscribers fall back to polling.
+pub struct WatchHub {
+    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    senders: Arc<Mutex<HashMap<PathBuf, broadcast::Sender<()>>>>,
+    watched_dirs: Mutex<HashMap<PathBuf, usize>>,
+}
+
+impl Default for WatchHub {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WatchHub {
+    pub fn new() -> WatchHub {
+        let senders: Arc<Mutex<HashMap<PathBuf, broadcast::Sender<()>>>> = Arc::default();
+        let s2 = senders.clone();
+        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            let Ok(ev) = res else { return };
+            let senders = s2.lock().unwrap_or_else(|p| p.into_inner());
+            for p in &ev.paths {
+                if let Some(tx) = senders.get(p) {
+                    let _ = tx.send(());
+                }
+            }
+        })
+        .map_err(|e| tracing::warn!(error = %e, "inotify unavailable: log streams poll instead"))
+        .ok();
+        WatchHub { watcher: Mutex::new(watcher), senders, watched_dirs: Mutex::new(HashMap::new()) }
+    }
+
+    /// Wake-ups for `path` (its directory is watched; the file may not exist yet). `None` when
+    /// watching is unavailable: poll.
+    pub fn subscribe(&self, path: &Path) -> Option<broadcast::Receiver<()>> {
+        use notify::Watcher;
+        let dir = path.parent()?.to_path_buf();
+        let mut w = self.watcher.lock().unwrap_or_else(|p| p.into_inner());
+        let watcher = w.as_mut()?;
+        let mut dirs = self.watched_dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if !dirs.contains_key(&dir) {
+            if let Err(e) = watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                tracing::debug!(dir = %dir.display(), error = %e, "cannot watch; polling");
+                return None;
+            }
+            dirs.insert(dir.clone(), 0);
+        }
+        *dirs.get_mut(&dir).expect("inserted") += 1;
+        let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
+        Some(senders.entry(path.to_path_buf()).or_insert_with(|| broadcast::channel(16).0).subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn offsets_and_partial_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let mut f = File::create(&p).unwrap();
+        for i in 1..=10_000 {
+            writeln!(f, "line {i}").unwrap();
+        }
+        write!(f, "partial").unwrap();
+        let idx = LineIndex::default();
+        for want in [1u64, 2, 4096, 4097, 8193, 9999, 10_000] {
+            let mut t = Tail::at_line(&idx, &p, want).unwrap();
+            let (lines, _) = t.read_available(64).unwrap();
+            assert_eq!(lines[0].0, want);
+            assert_eq!(lines[0].1, format!("line {want}").into_bytes());
+        }
+        // Past the end: starts at the end and waits; the partial line is held back.
+        let mut t = Tail::at_line(&idx, &p, 10_001).unwrap();
+        assert_eq!(t.next_line(), 10_001);
+        assert!(t.read_available(1 << 20).unwrap().0.is_empty());
+        writeln!(f, " done").unwrap();
+        let (lines, _) = t.read_available(1 << 20).unwrap();
+        assert_eq!(lines, vec![(10_001, b"partial done".to_vec())]);
+        // The index answers again from its cache.
+        let mut t = Tail::at_line(&idx, &p, 5000).unwrap();
+        assert_eq!(t.read_available(64).unwrap().0[0].1, b"line 5000".to_vec());
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(t.read_available(64).unwrap().1, TailState::Vanished);
+    }
+}
