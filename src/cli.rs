@@ -39,6 +39,10 @@ enum Cmd {
         /// SSE heartbeat period (at most 10 s).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         heartbeat: std::time::Duration,
+        /// Events buffered per SSE client before a slow client starts losing them (each loss is
+        /// reported to it as one error event with the dropped range).
+        #[arg(long, default_value_t = 1024)]
+        stream_buffer: usize,
     },
     /// The global run registry ($HARNESS_HOME/runs).
     #[command(subcommand)]
@@ -365,7 +369,9 @@ pub fn out(line: &str) {
 
 fn run(cmd: Cmd) -> Result<(), Fail> {
     match cmd {
-        Cmd::Api { listen, unix, allow_origin, heartbeat } => api(listen, unix, allow_origin, heartbeat),
+        Cmd::Api { listen, unix, allow_origin, heartbeat, stream_buffer } => {
+            api(listen, unix, allow_origin, heartbeat, stream_buffer)
+        }
         Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => {
             let slug = Slug::parse(&slug).map_err(usage)?;
             let plane = match plane.as_str() {
@@ -906,7 +912,11 @@ fn api(
     unix: Option<PathBuf>,
     mut allow_origin: Vec<String>,
     heartbeat: std::time::Duration,
+    stream_buffer: usize,
 ) -> Result<(), Fail> {
+    if !(2..=1_000_000).contains(&stream_buffer) {
+        return Err(usage("--stream-buffer must be between 2 and 1000000 events"));
+    }
     let home = home()?;
     let token = api_token(&home).map_err(usage)?;
     let addrs = if listen.is_empty() { vec![default_api_addr()?] } else { listen };
@@ -929,7 +939,7 @@ fn api(
     if heartbeat.is_zero() || heartbeat > std::time::Duration::from_secs(10) {
         return Err(usage("--heartbeat must be between 1ms and 10s (proxies drop idle streams)"));
     }
-    let cfg = crate::api::Config { allow_origins: origins, token, heartbeat, ..Default::default() };
+    let cfg = crate::api::Config { allow_origins: origins, token, heartbeat, stream_buffer, ..Default::default() };
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let mut listeners = Vec::new();

@@ -85,7 +85,7 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: &str) -> Result<(), S
         ("HARNESS_CURSOR_BIN".into(), engines.join("fake-cursor-agent").display().to_string()),
         ("HARNESS_CODEX_BIN".into(), engines.join("fake-codex").display().to_string()),
         ("HARNESS_FAKE_PACE".into(), pace.to_string()),
-        ("HARNESS_FAKE_SLOW_PACE".into(), "0.8".into()),
+        ("HARNESS_FAKE_SLOW_PACE".into(), if pace == "recorded" { "0.8".into() } else { pace.replace("fast", "0") }),
         ("HARNESS_FAKE_WRITE".into(), "1".into()),
         ("HARNESS_WRAPPERS".into(), wrappers.display().to_string()),
     ];

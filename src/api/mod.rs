@@ -129,27 +129,70 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("worker failed: {e}")))
 }
 
-/// Handles one request.
+/// Handles one request: Host, then Origin, then token, then route and method.
 pub async fn handle(api: Arc<Api>, via: Via, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     if let Err(detail) = guard::check_host(req.headers(), via) {
         return Ok(error_response(StatusCode::FORBIDDEN, detail));
     }
+    let origin = match guard::check_origin(req.headers(), via, &api.cfg.allow_origins) {
+        Ok(o) => o,
+        Err(detail) => return Ok(error_response(StatusCode::FORBIDDEN, detail)),
+    };
+    let mut resp = respond(api, req, &origin).await;
+    if let guard::OriginOk::Cors(o) = &origin
+        && let Ok(v) = HeaderValue::from_str(o)
+    {
+        let h = resp.headers_mut();
+        h.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(hyper::header::VARY, HeaderValue::from_static("Origin"));
+        h.insert(
+            hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("Harness-Next-After, Harness-More"),
+        );
+    }
+    Ok(resp)
+}
+
+async fn respond(api: Arc<Api>, req: Request<Incoming>, origin: &guard::OriginOk) -> Response<Body> {
     let route = match routes::route(req.uri().path()) {
         Ok(r) => r,
-        Err(e @ RouteError::NotFound(_)) => {
-            return Ok(error_response(StatusCode::NOT_FOUND, e.to_string()));
-        }
-        Err(e) => return Ok(error_response(StatusCode::BAD_REQUEST, e.to_string())),
+        Err(e @ RouteError::NotFound(_)) => return error_response(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, e.to_string()),
     };
+    let get = route.methods()[0] == "GET";
+    // CORS preflight: answered before the token check (browsers send no credentials on it).
+    if req.method() == hyper::Method::OPTIONS {
+        let mut r = Response::new(full(Bytes::new()));
+        *r.status_mut() = StatusCode::NO_CONTENT;
+        let h = r.headers_mut();
+        h.insert(ALLOW, HeaderValue::from_static(if get { "GET, OPTIONS" } else { "POST, OPTIONS" }));
+        if matches!(origin, guard::OriginOk::Cors(_)) {
+            h.insert(
+                hyper::header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(if get { "GET" } else { "POST" }),
+            );
+            h.insert(
+                hyper::header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("Content-Type, Authorization, Last-Event-ID"),
+            );
+            h.insert(hyper::header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+        }
+        return r;
+    }
+    if let Err(detail) = guard::check_token(req.headers(), req.uri().query(), api.cfg.token.as_deref()) {
+        let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
+        r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return r;
+    }
     if !route.methods().contains(&req.method().as_str()) {
         let mut r = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{} not allowed here; allowed: {}", req.method(), route.methods().join(", ")),
         );
         r.headers_mut().insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
-        return Ok(r);
+        return r;
     }
-    Ok(dispatch(api, route, req).await.unwrap_or_else(|r| r))
+    dispatch(api, route, req).await.unwrap_or_else(|r| r)
 }
 
 async fn dispatch(api: Arc<Api>, route: Route, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {

@@ -196,6 +196,13 @@ async fn produce(api: &Api, src: Source, after: Option<Seq>, tx: mpsc::Sender<By
         tokio::select! {
             _ = tx.closed() => return,
             _ = shutdown.changed() => return,
+            // A drop reported as soon as the client has room again, even if no event follows.
+            permit = tx.reserve(), if dropped.is_some() => {
+                let Ok(permit) = permit else { return };
+                if let Some((first, last)) = dropped.take() {
+                    permit.send(sse_frame(&w, &overflow_event(&run, &task, first, last), false));
+                }
+            }
             _ = async {
                 match &mut wake {
                     Some(rx) => { let _ = rx.recv().await; }

@@ -380,3 +380,127 @@ impl Drop for Bench {
         kill_all_with_home(&self.home());
     }
 }
+
+/// One SSE event or comment read from a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sse {
+    pub id: Option<String>,
+    pub data: String,
+    /// A comment line (`: heartbeat`), when this is one.
+    pub comment: Option<String>,
+}
+
+/// A raw SSE connection: HTTP/1.1 over loopback, chunked body decoded by hand.
+pub struct SseConn {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    reader: BufReader<TcpStream>,
+    chunk_left: usize,
+    pending: Vec<u8>,
+    /// Read position in `pending` (compacted now and then, not per line).
+    pos: usize,
+    pub stream: TcpStream,
+}
+
+impl SseConn {
+    pub fn open(port: u16, path: &str, headers: &[(&str, &str)]) -> SseConn {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let stream = s.try_clone().unwrap();
+        let mut reader = BufReader::new(s);
+        let mut status_line = String::new();
+        reader.read_line(&mut status_line).unwrap();
+        let status = status_line.split(' ').nth(1).unwrap_or("0").parse().unwrap_or(0);
+        let mut headers = Vec::new();
+        loop {
+            let mut l = String::new();
+            reader.read_line(&mut l).unwrap();
+            let l = l.trim_end().to_string();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        SseConn { status, headers, reader, chunk_left: 0, pending: Vec::new(), pos: 0, stream }
+    }
+
+    /// Reads one line of the (chunked) body; None at the end of the body or on timeout.
+    fn body_line(&mut self) -> Option<String> {
+        loop {
+            if let Some(nl) = self.pending[self.pos..].iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&self.pending[self.pos..self.pos + nl]).into_owned();
+                self.pos += nl + 1;
+                if self.pos > 1 << 16 {
+                    self.pending.drain(..self.pos);
+                    self.pos = 0;
+                }
+                return Some(line);
+            }
+            if self.chunk_left == 0 {
+                let mut size = String::new();
+                if self.reader.read_line(&mut size).ok()? == 0 {
+                    return None;
+                }
+                let size = size.trim();
+                if size.is_empty() {
+                    continue;
+                }
+                let n = usize::from_str_radix(size, 16).ok()?;
+                if n == 0 {
+                    return None;
+                }
+                self.chunk_left = n;
+            }
+            let mut buf = vec![0u8; self.chunk_left.min(65536)];
+            let got = self.reader.read(&mut buf).ok()?;
+            if got == 0 {
+                return None;
+            }
+            self.pending.extend_from_slice(&buf[..got]);
+            self.chunk_left -= got;
+            if self.chunk_left == 0 {
+                let mut crlf = [0u8; 2];
+                self.reader.read_exact(&mut crlf).ok()?;
+            }
+        }
+    }
+
+    /// The next event or comment.
+    pub fn next(&mut self) -> Option<Sse> {
+        let mut ev = Sse { id: None, data: String::new(), comment: None };
+        loop {
+            let line = self.body_line()?;
+            if line.is_empty() {
+                if ev.id.is_some() || !ev.data.is_empty() || ev.comment.is_some() {
+                    return Some(ev);
+                }
+                continue;
+            }
+            if let Some(c) = line.strip_prefix(':') {
+                ev.comment = Some(c.trim().to_string());
+            } else if let Some(v) = line.strip_prefix("id: ") {
+                ev.id = Some(v.to_string());
+            } else if let Some(v) = line.strip_prefix("data: ") {
+                ev.data.push_str(v);
+            }
+        }
+    }
+
+    /// The next event (comments and `retry:` skipped).
+    pub fn next_event(&mut self) -> Option<Sse> {
+        loop {
+            let e = self.next()?;
+            if e.comment.is_none() && !e.data.is_empty() {
+                return Some(e);
+            }
+        }
+    }
+}
