@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
