@@ -39,10 +39,13 @@ enum Cmd {
         /// SSE heartbeat period (at most 10 s).
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         heartbeat: std::time::Duration,
-        /// Events buffered per SSE client before a slow client starts losing them (each loss is
-        /// reported to it as one error event with the dropped range).
-        #[arg(long, default_value_t = 1024)]
+        /// Events buffered per SSE client.
+        #[arg(long, default_value_t = 32)]
         stream_buffer: usize,
+        /// A client that takes no event for this long starts losing events (each loss is reported
+        /// to it as one error event naming the dropped range).
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        slow_client_grace: std::time::Duration,
     },
     /// The global run registry ($HARNESS_HOME/runs).
     #[command(subcommand)]
@@ -369,8 +372,8 @@ pub fn out(line: &str) {
 
 fn run(cmd: Cmd) -> Result<(), Fail> {
     match cmd {
-        Cmd::Api { listen, unix, allow_origin, heartbeat, stream_buffer } => {
-            api(listen, unix, allow_origin, heartbeat, stream_buffer)
+        Cmd::Api { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
+            api(listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace)
         }
         Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => {
             let slug = Slug::parse(&slug).map_err(usage)?;
@@ -913,6 +916,7 @@ fn api(
     mut allow_origin: Vec<String>,
     heartbeat: std::time::Duration,
     stream_buffer: usize,
+    slow_client_grace: std::time::Duration,
 ) -> Result<(), Fail> {
     if !(2..=1_000_000).contains(&stream_buffer) {
         return Err(usage("--stream-buffer must be between 2 and 1000000 events"));
@@ -939,7 +943,15 @@ fn api(
     if heartbeat.is_zero() || heartbeat > std::time::Duration::from_secs(10) {
         return Err(usage("--heartbeat must be between 1ms and 10s (proxies drop idle streams)"));
     }
-    let cfg = crate::api::Config { allow_origins: origins, token, heartbeat, stream_buffer, ..Default::default() };
+    let cfg = crate::api::Config {
+        allow_origins: origins,
+        token,
+        heartbeat,
+        stream_buffer,
+        slow_client_grace,
+        ..Default::default()
+    };
+    crate::service::raise_fd_limit();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let mut listeners = Vec::new();

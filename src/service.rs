@@ -24,6 +24,19 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// Raises the soft open-files limit to the hard one: every SSE client holds a socket (and a log fd
+/// while it reads), and the usual soft limit of 1024 is below what one API serves.
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Resolves when SIGTERM or SIGINT arrives.
 pub async fn terminated() {
     use tokio::signal::unix::{SignalKind, signal};

@@ -103,6 +103,8 @@ pub struct Tail {
     next_line: u64,
     /// Bytes of an incomplete last line.
     partial: Vec<u8>,
+    /// The read buffer, reused across reads (one per stream: it bounds a stream's memory).
+    buf: Vec<u8>,
 }
 
 /// What a read found besides lines.
@@ -117,7 +119,15 @@ pub enum TailState {
 impl Tail {
     /// A tail whose first returned line will be `line` (1-based). The file may not exist yet.
     pub fn at_line(index: &LineIndex, path: &Path, line: u64) -> io::Result<Tail> {
-        let mut t = Tail { path: path.to_path_buf(), file: None, ino: 0, offset: 0, next_line: 1, partial: Vec::new() };
+        let mut t = Tail {
+            path: path.to_path_buf(),
+            file: None,
+            ino: 0,
+            offset: 0,
+            next_line: 1,
+            partial: Vec::new(),
+            buf: Vec::new(),
+        };
         match index.offset_of(path, line) {
             Ok((off, cur)) => {
                 let f = File::open(path)?;
@@ -163,13 +173,13 @@ impl Tail {
         }
         let f = self.file.as_mut().expect("opened above");
         f.seek(SeekFrom::Start(self.offset))?;
-        let mut buf = vec![0u8; max.max(4096)];
-        let n = f.read(&mut buf)?;
-        buf.truncate(n);
+        self.buf.resize(max.max(4096), 0);
+        let n = f.read(&mut self.buf)?;
+        let buf = &self.buf[..n];
         self.offset += n as u64;
         let mut lines = Vec::new();
         let mut start = 0;
-        for nl in memchr::memchr_iter(b'\n', &buf) {
+        for nl in memchr::memchr_iter(b'\n', buf) {
             let mut line = std::mem::take(&mut self.partial);
             line.extend_from_slice(&buf[start..nl]);
             lines.push((self.next_line, line));

@@ -147,7 +147,7 @@ fn reconnect_with_last_event_id_continues_exactly_even_after_an_api_restart() {
 fn a_slow_client_gets_an_overflow_event_naming_exactly_the_dropped_range() {
     let l = Live::start();
     l.append(0, 60_000);
-    let api = l.api(&["--stream-buffer", "16"]);
+    let api = l.api(&["--stream-buffer", "16", "--slow-client-grace", "200ms"]);
     let mut c = SseConn::open(api.port, &l.stream_path(), &[]);
     // Do not read: the kernel buffers fill, then the stream's buffer, then events are dropped.
     std::thread::sleep(Duration::from_secs(3));

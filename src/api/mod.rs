@@ -47,8 +47,10 @@ pub struct Config {
     pub token: Option<String>,
     /// SSE heartbeat comment period.
     pub heartbeat: Duration,
-    /// Events buffered per SSE client before a slow client starts losing them (reported).
+    /// Events buffered per SSE client.
     pub stream_buffer: usize,
+    /// How long a stream waits for a client that takes nothing before it starts dropping (reported).
+    pub slow_client_grace: Duration,
     /// Log polling period when inotify is not available (and as a safety net).
     pub poll: Duration,
 }
@@ -59,7 +61,8 @@ impl Default for Config {
             allow_origins: Vec::new(),
             token: None,
             heartbeat: stream::HEARTBEAT,
-            stream_buffer: 1024,
+            stream_buffer: 32,
+            slow_client_grace: Duration::from_secs(2),
             poll: Duration::from_millis(500),
         }
     }

@@ -90,9 +90,10 @@ fn sse_frame(w: &Writer, e: &Event, with_id: bool) -> Bytes {
     Bytes::from(out)
 }
 
-/// `GET …/stream`: the SSE response. The producer task tails the log into a bounded channel; when a
-/// slow client lets it fill, events are dropped and the client gets one `error` event naming the
-/// dropped range (no silent loss; memory stays bounded).
+/// `GET …/stream`: the SSE response. The producer task tails the log into a bounded channel and waits
+/// for a client that reads slower than the log grows (the file is the buffer); a client that takes
+/// nothing for `slow_client_grace` starts losing events and gets one `error` event naming the
+/// dropped range once it reads again (no silent loss; memory stays bounded).
 pub fn sse(api: Arc<Api>, src: Source, after: Option<Seq>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(api.cfg.stream_buffer.max(2));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -133,7 +134,7 @@ async fn produce(api: &Api, src: Source, after: Option<Seq>, tx: mpsc::Sender<By
     // Dropped range (first, last) waiting to be reported.
     let mut dropped: Option<(Seq, Seq)> = None;
     loop {
-        let (lines, state) = match tail.read_available(256 * 1024) {
+        let (lines, state) = match tail.read_available(8 * 1024) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "log read failed");
@@ -159,16 +160,20 @@ async fn produce(api: &Api, src: Source, after: Option<Seq>, tx: mpsc::Sender<By
                         Err(TrySendError::Closed(_)) => return,
                     }
                 }
-                match tx.try_send(sse_frame(&w, &e, true)) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(_)) => {
-                        dropped = Some(match dropped {
-                            Some((first, _)) => (first, e.seq),
-                            None => (e.seq, e.seq),
-                        });
+                if dropped.is_some() {
+                    // Already dropping: no waiting until the notice got through.
+                    dropped = Some((dropped.map(|d| d.0).unwrap_or(e.seq), e.seq));
+                    continue;
+                }
+                // The log is the real buffer: wait for the client (backpressure) — but a client
+                // that takes nothing for the grace period starts losing events, reported.
+                match tokio::time::timeout(api.cfg.slow_client_grace, tx.reserve()).await {
+                    Ok(Ok(permit)) => permit.send(sse_frame(&w, &e, true)),
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        dropped = Some((e.seq, e.seq));
                         tracing::debug!(RUN_ID = %run, TASK = %task, SEQ = %e.seq, "slow client: dropping");
                     }
-                    Err(TrySendError::Closed(_)) => return,
                 }
             }
         }
