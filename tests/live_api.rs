@@ -33,7 +33,7 @@ impl Live {
             .unwrap();
         let live = Live { _sup: Proc { child }, b };
         wait_for(T, || {
-            (live.b.home().join("runs").exists() && harness::supervisor::control::is_live(&live.b.sock())).then_some(())
+            (live.b.try_run_id().is_some() && harness::supervisor::control::is_live(&live.b.sock())).then_some(())
         })
         .expect("supervisor up");
         // The hang scenario prints 5 lines (claude's sigterm capture) and waits.

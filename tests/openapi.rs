@@ -128,7 +128,7 @@ fn every_route_answers_as_openapi_yaml_says() {
         .unwrap();
     let _sup = Proc { child };
     wait_for(Duration::from_secs(30), || {
-        (b.home().join("runs").exists() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 2)
+        (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 2)
             .then_some(())
     })
     .expect("live run");

@@ -24,7 +24,7 @@ fn start_supervised(b: &Bench, plan: &str, scenario: &str, extra: &[&str]) -> Pr
         .spawn()
         .unwrap();
     let proc = Proc { child };
-    wait_for(T, || (b.home().join("runs").exists() && harness::supervisor::control::is_live(&b.sock())).then_some(()))
+    wait_for(T, || (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock())).then_some(()))
         .unwrap_or_else(|| panic!("supervisor never opened its socket: {}", supervisor_log(b)));
     proc
 }

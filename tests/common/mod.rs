@@ -339,8 +339,13 @@ impl Bench {
     }
     /// The only registered run's id.
     pub fn run_id(&self) -> String {
+        self.try_run_id().expect("a registered run")
+    }
+    /// The registered run's id, once its pointer is in place (not just the temp file of the
+    /// atomic write).
+    pub fn try_run_id(&self) -> Option<String> {
         let mut ids: Vec<String> = std::fs::read_dir(self.home().join("runs"))
-            .unwrap()
+            .ok()?
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             // Skip the temp file of an atomic write in progress.
@@ -348,7 +353,7 @@ impl Bench {
             .map(|n| n.trim_end_matches(".json").to_string())
             .collect();
         ids.sort();
-        ids.pop().expect("a registered run")
+        ids.pop()
     }
     pub fn sock(&self) -> PathBuf {
         self.home().join("sock").join(format!("{}.sock", self.run_id()))
