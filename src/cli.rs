@@ -593,9 +593,11 @@ fn supervise(run: &str, tuning: &Tuning) -> Result<(), Fail> {
     let mut opts = tuning.options();
     // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before
     // the runtime's threads exist (listenfd edits the environment).
-    let mut fds = listenfd::ListenFd::from_env();
-    if let Ok(Some(l)) = fds.take_unix_listener(0) {
-        opts.listener = Some(l);
+    for a in crate::service::take_activated() {
+        match a {
+            crate::service::Activated::Unix(l) if opts.listener.is_none() => opts.listener = Some(l),
+            _ => eprintln!("harness: supervise takes one Unix socket; ignoring another passed socket"),
+        }
     }
     finish_supervise(&id, home()?, opts)
 }
@@ -952,16 +954,31 @@ fn api(
         ..Default::default()
     };
     crate::service::raise_fd_limit();
+    // Socket activation: take the fds before the runtime's threads exist.
+    let activated = crate::service::take_activated();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
         let mut listeners = Vec::new();
-        for a in &addrs {
+        for a in activated {
+            match a {
+                crate::service::Activated::Tcp(l) => {
+                    announce(&format!("listening on http://{} (socket activation)", l.local_addr()?));
+                    listeners.push(crate::api::Listener::Tcp(tokio::net::TcpListener::from_std(l)?));
+                }
+                crate::service::Activated::Unix(l) => {
+                    announce("listening on a Unix socket (socket activation)");
+                    listeners.push(crate::api::Listener::Unix(tokio::net::UnixListener::from_std(l)?));
+                }
+            }
+        }
+        let activated = !listeners.is_empty();
+        for a in addrs.iter().filter(|_| !activated) {
             let l =
                 tokio::net::TcpListener::bind(a).await.map_err(|e| Fail(1, format!("cannot listen on {a}: {e}")))?;
             announce(&format!("listening on http://{}", l.local_addr()?));
             listeners.push(crate::api::Listener::Tcp(l));
         }
-        if let Some(path) = unix {
+        if let Some(path) = unix.filter(|_| !activated) {
             let _ = std::fs::remove_file(&path);
             let l = tokio::net::UnixListener::bind(&path)
                 .map_err(|e| Fail(1, format!("cannot listen on {}: {e}", path.display())))?;
@@ -972,7 +989,24 @@ fn api(
         let api = std::sync::Arc::new(crate::api::Api::new(home, cfg, rx.clone()));
         tokio::spawn(async move {
             crate::service::terminated().await;
+            crate::service::notify(&[sd_notify::NotifyState::Stopping]);
             let _ = tx.send(true);
+        });
+        let n = listeners.len();
+        let a2 = api.clone();
+        // READY once serving; the watchdog is fed from the runtime that serves, so a hung runtime
+        // is restarted; STATUS says what is going on.
+        tokio::spawn(async move {
+            crate::service::notify(&[sd_notify::NotifyState::Ready]);
+            let period = crate::service::watchdog_interval().unwrap_or(std::time::Duration::from_secs(5));
+            loop {
+                let status = format!(
+                    "serving {n} listener(s); {} SSE stream(s) open",
+                    a2.streams.load(std::sync::atomic::Ordering::Relaxed)
+                );
+                crate::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
+                tokio::time::sleep(period).await;
+            }
         });
         crate::api::serve(api, listeners, rx, std::time::Duration::from_secs(5)).await;
         Ok::<(), Fail>(())

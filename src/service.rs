@@ -52,3 +52,61 @@ pub async fn terminated() {
         _ = tokio::signal::ctrl_c() => {}
     }
 }
+
+/// A listening socket handed over by the service manager.
+pub enum Activated {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// Takes the sockets passed by systemd (`LISTEN_FDS`), telling TCP from Unix by the socket's
+/// family (one `.socket` unit names all its fds alike). Call from a synchronous `main` before any
+/// thread exists: it unsets `LISTEN_*` (a data race once threads run). Each socket is made
+/// non-blocking for tokio.
+pub fn take_activated() -> Vec<Activated> {
+    use nix::sys::socket::SockaddrLike;
+    use std::os::fd::FromRawFd;
+    // SAFETY: called before the runtime or any other thread is started (documented above).
+    let fds = match unsafe { sd_notify::listen_fds_with_names_and_unset_env() } {
+        Ok(f) => f.collect::<Vec<_>>(),
+        Err(e) => {
+            eprintln!("harness: ignoring malformed socket activation variables: {e}");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (fd, _name) in fds {
+        let family =
+            nix::sys::socket::getsockname::<nix::sys::socket::SockaddrStorage>(fd).ok().and_then(|a| a.family());
+        // SAFETY: fd was passed to this process for it to own (sd_listen_fds protocol).
+        let s = match family {
+            Some(nix::sys::socket::AddressFamily::Unix) => {
+                let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+                l.set_nonblocking(true).map(|_| Activated::Unix(l))
+            }
+            Some(nix::sys::socket::AddressFamily::Inet | nix::sys::socket::AddressFamily::Inet6) => {
+                let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+                l.set_nonblocking(true).map(|_| Activated::Tcp(l))
+            }
+            other => {
+                eprintln!("harness: ignoring passed fd {fd} of family {other:?}");
+                continue;
+            }
+        };
+        match s {
+            Ok(a) => out.push(a),
+            Err(e) => eprintln!("harness: passed fd {fd}: {e}"),
+        }
+    }
+    out
+}
+
+/// Tells the service manager something (a no-op without `NOTIFY_SOCKET`).
+pub fn notify(state: &[sd_notify::NotifyState]) {
+    let _ = sd_notify::notify(state);
+}
+
+/// The watchdog period to ping at (half of `WATCHDOG_USEC`), when the manager set one for us.
+pub fn watchdog_interval() -> Option<std::time::Duration> {
+    sd_notify::watchdog_enabled().map(|d| d / 2)
+}

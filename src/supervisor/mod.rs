@@ -223,12 +223,18 @@ pub async fn supervise(
     tracing::info!(RUN_ID = %run_id, sock = ?sock_path, "supervisor ready");
 
     tokio::pin!(shutdown);
+    let mut watchdog = tokio::time::interval(crate::service::watchdog_interval().unwrap_or(Duration::from_secs(10)));
     let ending = loop {
         if let Some(end) = s.dispatch() {
             break end;
         }
         let linger = s.linger_left();
         tokio::select! {
+            // Fed from the scheduler loop itself: a hung scheduler is restarted by systemd.
+            _ = watchdog.tick() => {
+                let status = s.status_line();
+                crate::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
+            }
             Some(env) = rx.recv(), if server.is_some() => s.handle(env).await,
             Some(done) = s.pipelines.join_next(), if !s.pipelines.is_empty() => s.finished(done),
             _ = tokio::time::sleep(linger.unwrap_or(Duration::from_secs(3600))), if linger.is_some() => {
@@ -336,6 +342,21 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// One line for `systemctl status`: wave and task progress.
+    fn status_line(&self) -> String {
+        let view = self.view().unwrap_or_default();
+        let c = view.counts();
+        format!(
+            "{}{}: {}/{} committed, {} running, {} halted",
+            self.ctx.run_id,
+            if self.paused { " (paused)" } else { "" },
+            c["committed"],
+            self.ctx.plan.tasks.len(),
+            self.running_count(),
+            c["halted"]
+        )
     }
 
     fn running(&self, task: &TaskId) -> bool {
