@@ -72,6 +72,35 @@ enum Cmd {
         #[arg(long, default_value = "recorded")]
         pace: String,
     },
+    /// Install the systemd user units (launchd agent on macOS) for this binary.
+    Install {
+        /// Install for the user's service manager (the only mode; accepted for clarity).
+        #[arg(long)]
+        user: bool,
+        /// The binary the units run (default: this one).
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        /// Print the rendered units instead of writing them.
+        #[arg(long)]
+        print: bool,
+        /// Write the units here instead of the user unit directory (no reload).
+        #[arg(long)]
+        unit_dir: Option<PathBuf>,
+    },
+    /// Print the launchd plist of the API agent or of one run's supervisor (macOS).
+    Plist {
+        /// `api`, or a runId for its supervisor.
+        which: String,
+        #[arg(long)]
+        bin: Option<PathBuf>,
+    },
+    /// Stop and remove what `harness install` wrote.
+    Uninstall {
+        #[arg(long)]
+        user: bool,
+        #[arg(long)]
+        unit_dir: Option<PathBuf>,
+    },
     /// Start a run of PLAN.json: batch in the foreground, or with a supervisor (--supervised).
     Run {
         plan: PathBuf,
@@ -89,6 +118,10 @@ enum Cmd {
         /// With --supervised: supervise in this process instead of a detached one.
         #[arg(long)]
         foreground: bool,
+        /// Register the run and journal its start, but start no supervisor: for a process manager
+        /// of your own (`harness supervise <runId>`, e.g. under systemd-socket-activate).
+        #[arg(long, conflicts_with_all = ["foreground"])]
+        register_only: bool,
         #[command(flatten)]
         tuning: Tuning,
     },
@@ -454,9 +487,38 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             print_json(&liveness::reap(&p.liveness_path(), &p.run_id, &view)?);
             Ok(())
         }
+        Cmd::Install { user: _, bin, print, unit_dir } => {
+            let bin = match bin {
+                Some(b) => b,
+                None => std::env::current_exe()?,
+            };
+            let msg = crate::install::install(&bin, &home()?, unit_dir.as_deref(), print).map_err(|e| Fail(1, e))?;
+            if !msg.is_empty() {
+                out(&msg);
+            }
+            Ok(())
+        }
+        Cmd::Plist { which, bin } => {
+            let bin = match bin {
+                Some(b) => b,
+                None => std::env::current_exe()?,
+            };
+            let home = home()?;
+            let text = if which == "api" {
+                crate::launchd::api_plist(&bin, &home)
+            } else {
+                crate::launchd::supervisor_plist(&bin, &home, &RunId::parse(&which).map_err(usage)?)
+            };
+            out(text.trim_end());
+            Ok(())
+        }
+        Cmd::Uninstall { user: _, unit_dir } => {
+            out(&crate::install::uninstall(unit_dir.as_deref()).map_err(|e| Fail(1, e))?);
+            Ok(())
+        }
         Cmd::Demo { dir, listen, pace } => crate::demo::run(dir, listen, &pace).map_err(|e| Fail(1, e)),
-        Cmd::Run { plan, repo, worktree, project, supervised, foreground, tuning } => {
-            run_plan(&plan, repo, worktree, project, supervised, foreground, &tuning)
+        Cmd::Run { plan, repo, worktree, project, supervised, foreground, register_only, tuning } => {
+            run_plan(&plan, repo, worktree, project, supervised || register_only, foreground, register_only, &tuning)
         }
         Cmd::Supervise { run, tuning } => supervise(&run, &tuning),
         Cmd::Runs { api, json } => runs(&api, json),
@@ -533,6 +595,7 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_plan(
     plan: &std::path::Path,
     repo: Option<PathBuf>,
@@ -540,6 +603,7 @@ fn run_plan(
     project: Option<String>,
     supervised: bool,
     foreground: bool,
+    register_only: bool,
     tuning: &Tuning,
 ) -> Result<(), Fail> {
     if foreground && !supervised {
@@ -568,6 +632,10 @@ fn run_plan(
         }
         out(&format!("  pause:   harness pause {id}      stop: harness stop {id}"));
     };
+    if register_only {
+        out(&id.to_string());
+        return Ok(());
+    }
     if !supervised {
         out(&format!("run {id} started (batch, foreground)"));
         let mut opts = tuning.options();
@@ -579,7 +647,7 @@ fn run_plan(
         return finish_supervise(&id, home, tuning.options());
     }
     let how = if crate::runner::systemd_units_available() {
-        crate::runner::start_with_systemd(&id)
+        crate::runner::start_with_systemd(&home, &id)
     } else {
         crate::runner::start_detached(&home, &p, &tuning.args(), &[])
     }

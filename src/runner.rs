@@ -111,8 +111,35 @@ pub fn systemd_units_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Starts the supervisor instance units of `run`.
-pub fn start_with_systemd(run: &RunId) -> Result<String, RunError> {
+/// Variables a supervisor started by systemd needs from the caller's environment (the engines'
+/// paths and keys): the same families the wrappers pass through.
+fn engine_env() -> String {
+    let keep = |k: &str| {
+        k == "PATH"
+            || ["HARNESS_", "ANTHROPIC_", "CLAUDE_CODE_", "CURSOR_", "OPENAI_", "CODEX_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+            || matches!(
+                k,
+                "IS_SANDBOX" | "DISABLE_TELEMETRY" | "DISABLE_AUTOUPDATER" | "HTTPS_PROXY" | "HTTP_PROXY" | "NO_PROXY"
+            )
+    };
+    let mut out = String::new();
+    for (k, v) in std::env::vars() {
+        if keep(&k) && k != "HARNESS_HOME" && !v.contains('\n') {
+            // systemd EnvironmentFile: KEY="value" with \ and " escaped.
+            out.push_str(&format!("{k}=\"{}\"\n", v.replace('\\', "\\\\").replace('"', "\\\"")));
+        }
+    }
+    out
+}
+
+/// Starts the supervisor instance units of `run`, after writing its environment file
+/// (`$HARNESS_HOME/runs/<runId>.env`, mode 0600).
+pub fn start_with_systemd(home: &Home, run: &RunId) -> Result<String, RunError> {
+    let env_path = home.runs_dir().join(format!("{run}.env"));
+    home::write_atomic(&env_path, engine_env().as_bytes(), 0o600)
+        .map_err(|e| RunError::Failed(format!("{}: {e}", env_path.display())))?;
     let out = std::process::Command::new("systemctl")
         .args(["--user", "start"])
         .arg(format!("harness-supervisor@{run}.socket"))
