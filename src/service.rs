@@ -9,7 +9,8 @@ use tracing_subscriber::prelude::*;
 pub fn init_logging() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let under_journal = std::env::var_os("JOURNAL_STREAM").is_some();
-    if under_journal && let Ok(layer) = tracing_journald::layer() {
+    // Fields keep their own names (RUN_ID, TASK, VERB, SEQ), so `journalctl RUN_ID=…` finds a run.
+    if under_journal && let Ok(layer) = tracing_journald::layer().map(|l| l.with_field_prefix(None)) {
         let _ = tracing_subscriber::registry().with(filter).with(layer).try_init();
         return;
     }

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Runs inside a private mount + pid namespace (tests/systemd.rs starts it with unshare): a hermetic
+# systemd user manager and journald, the harness units installed by `harness install`, then the
+# scenarios of the OS-integration issue. Prints "ok <what>" per step; "FAIL <why>" and exit 1 else.
+#
+# env: HARNESS_BIN (the binary), REPO (the source tree: fixtures, wrappers), WORK (a scratch dir)
+set -uo pipefail
+: "${HARNESS_BIN:?}" "${REPO:?}" "${WORK:?}"
+say() { printf 'ok %s\n' "$*"; }
+fail() {
+  printf 'FAIL %s\n' "$*"
+  [ -f "$WORK/manager.log" ] && tail -n 20 "$WORK/manager.log" | sed 's/^/  manager: /'
+  exit 1
+}
+wait_until() { # seconds, command...
+  local n=$(($1 * 20))
+  shift
+  for _ in $(seq "$n"); do "$@" > /dev/null 2>&1 && return 0; sleep 0.05; done
+  return 1
+}
+
+# Own cgroups, a fake booted system, journald.
+name="harness-test-$$"
+for c in unified systemd; do
+  if [ -d "/sys/fs/cgroup/$c" ]; then
+    mkdir -p "/sys/fs/cgroup/$c/$name"
+    echo $$ > "/sys/fs/cgroup/$c/$name/cgroup.procs"
+  fi
+done
+mkdir -p /run/systemd /run/log /var/log/journal
+mount -t tmpfs tmpfs /run/systemd || fail "cannot mount tmpfs on /run/systemd"
+mount -t tmpfs tmpfs /run/log
+mount -t tmpfs tmpfs /var/log/journal
+mkdir -p /run/systemd/system /run/systemd/journal
+/lib/systemd/systemd-journald > "$WORK/journald.log" 2>&1 &
+wait_until 5 test -S /run/systemd/journal/socket || fail "journald did not start"
+say "journald up"
+
+export HOME="$WORK/home" XDG_RUNTIME_DIR="$WORK/xdg" HARNESS_HOME="$WORK/home/.harness"
+mkdir -p "$HOME" "$XDG_RUNTIME_DIR"
+chmod 700 "$XDG_RUNTIME_DIR"
+units="$WORK/units"
+mkdir -p "$units"
+for u in default.target basic.target sockets.target timers.target paths.target shutdown.target exit.target systemd-exit.service app.slice; do
+  cp "/usr/lib/systemd/user/$u" "$units/"
+done
+"$HARNESS_BIN" install --user --unit-dir "$units" --bin "$HARNESS_BIN" > /dev/null || fail "harness install"
+export SYSTEMD_UNIT_PATH="$units"
+/usr/lib/systemd/systemd --user > "$WORK/manager.log" 2>&1 &
+wait_until 10 systemctl --user show-environment || fail "the user manager did not answer"
+say "user manager up"
+
+# The API: socket first, the first connection activates the service.
+"$REPO/fixtures/runs/setup.sh" "$HARNESS_HOME" "$HARNESS_BIN" > /dev/null || fail "fixture runs"
+systemctl --user start harness-api.socket || fail "start harness-api.socket"
+[ "$(systemctl --user show -p ActiveState --value harness-api.service)" = inactive ] || fail "the API started before any connection"
+runs=$(curl -s --max-time 10 http://127.0.0.1:7878/runs) || fail "GET /runs over TCP"
+[ "$(printf '%s' "$runs" | jq length)" = 5 ] || fail "GET /runs over TCP: $runs"
+[ "$(systemctl --user show -p ActiveState --value harness-api.service)" = active ] || fail "the API was not activated"
+runs=$(curl -s --max-time 10 --unix-socket "$HARNESS_HOME/sock/api.sock" http://localhost/runs) || fail "GET /runs over Unix"
+[ "$(printf '%s' "$runs" | jq length)" = 5 ] || fail "GET /runs over Unix: $runs"
+say "harness-api.socket activated harness-api.service; GET /runs answered over TCP and the Unix socket (5 runs)"
+
+# A supervised run: harness run starts harness-supervisor@<runId> through systemd.
+repo="$WORK/repo"
+mkdir -p "$repo"
+if ! { git -C "$repo" init -q -b main && echo x > "$repo/R" && git -C "$repo" add R &&
+  git -C "$repo" -c user.name=t -c user.email=t@t commit -qm init; }; then
+  fail "git repo"
+fi
+cat > "$WORK/plan.json" << 'PLAN'
+{"v":"plan/v1","slug":"sysd","max_parallel":2,"tasks":[
+ {"id":"A1","wave":1,"adapter":"claude","prompt":"a1"},{"id":"A2","wave":1,"adapter":"claude","prompt":"a2"},
+ {"id":"B1","wave":2,"adapter":"claude","prompt":"b1"},{"id":"B2","wave":2,"adapter":"claude","prompt":"b2"}]}
+PLAN
+export HARNESS_CLAUDE_BIN="$REPO/fixtures/engines/fake-claude" HARNESS_WRAPPERS="$REPO/wrappers"
+export HARNESS_FAKE_SCENARIO=slow HARNESS_FAKE_SLOW_PACE=0.15 HARNESS_FAKE_PACE=fast
+out=$(cd "$repo" && "$HARNESS_BIN" run "$WORK/plan.json" --supervised 2>&1) || fail "harness run: $out"
+printf '%s' "$out" | grep -q "systemd unit harness-supervisor@" || fail "not started through systemd: $out"
+run=$(printf '%s' "$out" | sed -n 's/^run \([^ ]*\) started.*/\1/p')
+unit="harness-supervisor@$run.service"
+journal="$repo/runstate/sysd.jsonl"
+wait_until 20 grep -q '"state":"leased"' "$journal" || fail "no task leased"
+say "harness run --supervised started $unit"
+
+# Watch a task live through the API while the API is killed: the client reconnects with
+# Last-Event-ID (harness watch does it by itself) and the seq list is exact.
+"$HARNESS_BIN" watch "$run" A1 --json --until-exit > "$WORK/watch.jsonl" 2> "$WORK/watch.err" &
+watcher=$!
+wait_until 10 test -s "$WORK/watch.jsonl" || fail "the watcher got nothing"
+api_pid=$(systemctl --user show -p MainPID --value harness-api.service)
+kill -9 "$api_pid"
+wait_until 10 test -S "$HARNESS_HOME/sock/api.sock" || fail "the API socket disappeared"
+[ "$(systemctl --user show -p ActiveState --value harness-api.socket)" = active ] || fail "harness-api.socket is not active after the kill"
+wait "$watcher" || fail "harness watch failed: $(cat "$WORK/watch.err")"
+got=$(jq -r '.seq' "$WORK/watch.jsonl" | tr '\n' ' ')
+want=$(curl -s --max-time 10 "http://127.0.0.1:7878/runs/$run/tasks/A1/events?limit=5000" | jq -r '.seq' | tr '\n' ' ')
+if [ -z "$want" ] || [ "$got" != "$want" ]; then
+  fail "after the API kill the stream was not exact: got [$got] want [$want]"
+fi
+say "kill -9 of the API mid-stream: the socket stayed, the client resumed with Last-Event-ID, $(printf '%s' "$got" | wc -w) events exact"
+
+# kill -9 of the supervisor: systemd restarts it and the run completes, each task committed once.
+wait_until 20 grep -q '"task":"B1","state":"leased"' "$journal" || fail "wave 2 never started"
+main=$(systemctl --user show -p MainPID --value "$unit")
+[ "$main" -gt 0 ] || fail "no MainPID for $unit"
+kill -9 "$main"
+# shellcheck disable=SC2317 # called through wait_until
+restarted_once() { [ "$(systemctl --user show -p NRestarts --value "$unit")" = 1 ]; }
+wait_until 15 restarted_once || fail "NRestarts is $(systemctl --user show -p NRestarts --value "$unit")"
+say "kill -9 of the supervisor: systemd restarted $unit (NRestarts=1)"
+wait_until 60 grep -q '"event":"finished"' "$journal" || fail "the run did not finish: $(tail -n 3 "$journal")"
+for t in A1 A2 B1 B2; do
+  n=$(git -C "$repo" log --format=%H --all-match --grep="^Harness-Run: $run\$" --grep="^Harness-Task: $t\$" | wc -l)
+  [ "$n" = 1 ] || fail "task $t committed $n times"
+done
+say "the run finished; every task committed exactly once"
+
+# journald holds the run's story under RUN_ID.
+n=$(journalctl --no-pager -o cat "RUN_ID=$run" 2> /dev/null | wc -l)
+[ "$n" -gt 5 ] || fail "journalctl RUN_ID=$run shows $n lines"
+journalctl --no-pager -o cat "RUN_ID=$run" | grep -q "task state" || fail "no task state records in the journal"
+say "journalctl RUN_ID=$run shows $n records (from $unit)"
+
+systemctl --user stop harness-api.socket harness-api.service > /dev/null 2>&1
+kill "$(systemctl --user show -p MainPID --value init.scope 2> /dev/null || echo 0)" 2> /dev/null
+exit 0
