@@ -646,6 +646,14 @@ fn run_plan(
         watch("supervised in this process");
         return finish_supervise(&id, home, tuning.options());
     }
+    #[cfg(target_os = "macos")]
+    {
+        let bin = std::env::current_exe()?;
+        let how = crate::launchd::start_run_agent(&bin, &home, &id).map_err(|e| Fail(1, e))?;
+        watch(&how);
+        return Ok(());
+    }
+    #[allow(unreachable_code)]
     let how = if crate::runner::systemd_units_available() {
         crate::runner::start_with_systemd(&home, &id)
     } else {
@@ -1054,9 +1062,18 @@ fn api(
             listeners.push(crate::api::Listener::Unix(l));
         }
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let api = std::sync::Arc::new(crate::api::Api::new(home, cfg, rx.clone()));
+        let api = std::sync::Arc::new(crate::api::Api::new(home.clone(), cfg, rx.clone()));
+        let reload = api.clone();
         tokio::spawn(async move {
-            crate::service::terminated().await;
+            // SIGHUP re-reads the token (rotation without a restart); SIGTERM/SIGINT stop.
+            crate::service::terminated_or(move || match api_token(&home) {
+                Ok(t) => {
+                    tracing::info!(token = t.is_some(), "SIGHUP: token re-read");
+                    *reload.token.write().unwrap_or_else(|p| p.into_inner()) = t;
+                }
+                Err(e) => tracing::error!(error = %e, "SIGHUP: token not reloaded, keeping the old one"),
+            })
+            .await;
             crate::service::notify(&[sd_notify::NotifyState::Stopping]);
             let _ = tx.send(true);
         });

@@ -77,6 +77,28 @@ pub fn install_agent(bin: &Path, home: &Home) -> Result<String, String> {
     Ok(format!("wrote {}\nload it with:\n  launchctl bootstrap gui/$(id -u) {}", p.display(), p.display()))
 }
 
+/// `harness run --supervised` on macOS: writes the run's supervisor plist to
+/// `~/Library/LaunchAgents` and bootstraps it (launchd has no templates: one plist per run).
+#[cfg(target_os = "macos")]
+pub fn start_run_agent(bin: &Path, home: &Home, run: &RunId) -> Result<String, String> {
+    let dir = std::path::PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?).join("Library/LaunchAgents");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let p = dir.join(format!("com.harness.supervisor.{run}.plist"));
+    crate::home::write_atomic(&p, supervisor_plist(bin, home, run).as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let st = std::process::Command::new("launchctl")
+        .arg("bootstrap")
+        .arg(format!("gui/{uid}"))
+        .arg(&p)
+        .status()
+        .map_err(|e| format!("launchctl: {e}"))?;
+    if !st.success() {
+        return Err(format!("launchctl bootstrap gui/{uid} {} failed", p.display()));
+    }
+    Ok(format!("launchd agent com.harness.supervisor.{run}"))
+}
+
 /// The sockets launchd holds for `name` in the job's `Sockets` dict (macOS only).
 #[cfg(target_os = "macos")]
 pub fn activate_socket(name: &str) -> Vec<std::os::fd::RawFd> {

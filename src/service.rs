@@ -38,20 +38,31 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// Resolves when SIGTERM or SIGINT arrives.
-pub async fn terminated() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
+/// Resolves when SIGTERM or SIGINT arrives (signal-hook-tokio). SIGHUP calls `on_hup` (reload).
+pub async fn terminated_or(mut on_hup: impl FnMut()) {
+    use futures_util::StreamExt;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = match signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(error = %e, "cannot install SIGTERM handler");
+            tracing::error!(error = %e, "cannot install signal handlers");
             return std::future::pending().await;
         }
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    while let Some(sig) = signals.next().await {
+        if sig == SIGHUP {
+            notify(&[sd_notify::NotifyState::Reloading]);
+            on_hup();
+            notify(&[sd_notify::NotifyState::Ready]);
+        } else {
+            return;
+        }
     }
+}
+
+/// Resolves when SIGTERM or SIGINT arrives; SIGHUP is logged (nothing to reload).
+pub async fn terminated() {
+    terminated_or(|| tracing::info!("SIGHUP: nothing to reload in this process")).await
 }
 
 /// A listening socket handed over by the service manager.
@@ -60,43 +71,51 @@ pub enum Activated {
     Unix(std::os::unix::net::UnixListener),
 }
 
-/// Takes the sockets passed by systemd (`LISTEN_FDS`), telling TCP from Unix by the socket's
-/// family (one `.socket` unit names all its fds alike). Call from a synchronous `main` before any
-/// thread exists: it unsets `LISTEN_*` (a data race once threads run). Each socket is made
+/// Takes the sockets passed by the service manager. systemd: `LISTEN_FDS` — names read with
+/// sd-notify (which needs `LISTEN_PID` intact), then listenfd converts each fd, trying TCP then Unix
+/// (one `.socket` unit names all its fds alike, so the family tells them apart); launchd (macOS): the
+/// `api-tcp`, `api-unix` and `control` sockets of the job. Call from a synchronous `main` before any
+/// thread exists (listenfd unsets `LISTEN_*`, a data race once threads run). Sockets are made
 /// non-blocking for tokio.
 pub fn take_activated() -> Vec<Activated> {
-    use nix::sys::socket::SockaddrLike;
-    use std::os::fd::FromRawFd;
-    // SAFETY: called before the runtime or any other thread is started (documented above).
-    let fds = match unsafe { sd_notify::listen_fds_with_names_and_unset_env() } {
-        Ok(f) => f.collect::<Vec<_>>(),
-        Err(e) => {
-            eprintln!("harness: ignoring malformed socket activation variables: {e}");
-            return Vec::new();
-        }
-    };
     let mut out = Vec::new();
-    for (fd, _name) in fds {
-        let family =
-            nix::sys::socket::getsockname::<nix::sys::socket::SockaddrStorage>(fd).ok().and_then(|a| a.family());
-        // SAFETY: fd was passed to this process for it to own (sd_listen_fds protocol).
-        let s = match family {
-            Some(nix::sys::socket::AddressFamily::Unix) => {
-                let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
-                l.set_nonblocking(true).map(|_| Activated::Unix(l))
-            }
-            Some(nix::sys::socket::AddressFamily::Inet | nix::sys::socket::AddressFamily::Inet6) => {
-                let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
-                l.set_nonblocking(true).map(|_| Activated::Tcp(l))
-            }
-            other => {
-                eprintln!("harness: ignoring passed fd {fd} of family {other:?}");
-                continue;
-            }
+    let names: Vec<String> =
+        sd_notify::listen_fds_with_names().map(|f| f.map(|(_, n)| n).collect()).unwrap_or_default();
+    let mut fds = listenfd::ListenFd::from_env();
+    for i in 0..fds.len() {
+        let name = names.get(i).map(String::as_str).unwrap_or("");
+        let taken = match fds.take_tcp_listener(i) {
+            Ok(Some(l)) => l.set_nonblocking(true).map(|_| Some(Activated::Tcp(l))),
+            _ => match fds.take_unix_listener(i) {
+                Ok(Some(l)) => l.set_nonblocking(true).map(|_| Some(Activated::Unix(l))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            },
         };
-        match s {
-            Ok(a) => out.push(a),
-            Err(e) => eprintln!("harness: passed fd {fd}: {e}"),
+        match taken {
+            Ok(Some(a)) => out.push(a),
+            Ok(None) => {}
+            Err(e) => eprintln!("harness: passed socket {i} ({name}): {e}"),
+        }
+    }
+    #[cfg(target_os = "macos")]
+    if out.is_empty() {
+        use std::os::fd::FromRawFd;
+        for name in ["api-tcp", "api-unix", "control"] {
+            for fd in crate::launchd::activate_socket(name) {
+                // SAFETY: launchd hands these fds to this process to own.
+                if name == "api-tcp" {
+                    let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+                    if l.set_nonblocking(true).is_ok() {
+                        out.push(Activated::Tcp(l));
+                    }
+                } else {
+                    let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+                    if l.set_nonblocking(true).is_ok() {
+                        out.push(Activated::Unix(l));
+                    }
+                }
+            }
         }
     }
     out

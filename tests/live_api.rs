@@ -485,3 +485,22 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
     assert_eq!(String::from_utf8_lossy(&log.stdout).lines().count(), 5, "4 task commits + the initial one");
     kill_all_with_home(&dir.path().join("d/home"));
 }
+
+#[test]
+fn sighup_rereads_the_token_file() {
+    let home = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let tok = home.path().join("api.token");
+    std::fs::write(&tok, "one\n").unwrap();
+    std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let api = ApiProc::start(home.path(), &[]);
+    assert_eq!(http(api.port, "GET", "/runs", &[("Authorization", "Bearer one")], None).status, 200);
+    std::fs::write(&tok, "two\n").unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(api.proc.child.id() as i32, libc::SIGHUP) };
+    let ok = wait_for(Duration::from_secs(5), || {
+        (http(api.port, "GET", "/runs", &[("Authorization", "Bearer two")], None).status == 200).then_some(())
+    });
+    assert!(ok.is_some(), "the rotated token was not picked up");
+    assert_eq!(http(api.port, "GET", "/runs", &[("Authorization", "Bearer one")], None).status, 401);
+}

@@ -206,3 +206,61 @@ impl TapMkdir for std::path::PathBuf {
         self
     }
 }
+
+#[test]
+fn packaged_units_are_the_rendered_units() {
+    // packaging/deb/units/* must be units/* rendered for /usr/bin/harness and %h/.harness.
+    for (name, text) in harness::install::UNITS {
+        let want = harness::install::render(
+            text,
+            Path::new("/usr/bin/harness"),
+            Path::new("%h/.harness"),
+            Path::new("/usr/share/doc/harness"),
+        );
+        let got = std::fs::read_to_string(repo_dir().join("packaging/deb/units").join(name)).unwrap();
+        assert_eq!(got, want, "packaging/deb/units/{name} drifted from units/{name}");
+    }
+    // The macOS agent plist is the rendered one too, and parses.
+    let plist = std::fs::read_to_string(repo_dir().join("packaging/macos/com.harness.api.plist")).unwrap();
+    let home = harness::home::Home::at("/usr/local/var/harness");
+    assert_eq!(plist.trim_end(), harness::launchd::api_plist(Path::new("/usr/local/bin/harness"), &home).trim_end());
+}
+
+#[test]
+fn launchd_plists_round_trip_through_a_real_plist_parser() {
+    let Ok(py) = Command::new("python3").arg("-c").arg("import plistlib").output() else {
+        eprintln!("skipped: python3 is not available");
+        return;
+    };
+    assert!(py.status.success());
+    let d = tempfile::tempdir().unwrap();
+    let home = d.path().join("h");
+    let run = "0123456789ab--demo";
+    for which in ["api", run] {
+        let (code, out, err) = cli(&home, &["plist", which, "--bin", "/usr/local/bin/harness"]);
+        assert_eq!(code, 0, "{err}");
+        let f = d.path().join("p.plist");
+        std::fs::write(&f, out).unwrap();
+        let check = Command::new("python3")
+            .arg("-c")
+            .arg("import plistlib,sys,json; d=plistlib.load(open(sys.argv[1],'rb')); print(json.dumps(d))")
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+        assert_eq!(v["EnvironmentVariables"]["HARNESS_HOME"], home.display().to_string());
+        if which == "api" {
+            assert_eq!(v["Label"], "com.harness.api");
+            assert_eq!(v["Sockets"]["api-tcp"]["SockNodeName"], "127.0.0.1");
+            assert_eq!(v["Sockets"]["api-unix"]["SockPathMode"], 384);
+        } else {
+            assert_eq!(v["Label"], format!("com.harness.supervisor.{run}"));
+            assert_eq!(v["ProgramArguments"], serde_json::json!(["/usr/local/bin/harness", "supervise", run]));
+            assert_eq!(
+                v["Sockets"]["control"]["SockPathName"],
+                home.join(format!("sock/{run}.sock")).display().to_string()
+            );
+        }
+    }
+}

@@ -79,10 +79,13 @@ pub struct Api {
     pub shutdown: watch::Receiver<bool>,
     /// Open SSE streams (for status lines).
     pub streams: std::sync::atomic::AtomicUsize,
+    /// The token in force: `cfg.token` at start, re-read on SIGHUP (token rotation).
+    pub token: std::sync::RwLock<Option<String>>,
 }
 
 impl Api {
     pub fn new(home: crate::home::Home, cfg: Config, shutdown: watch::Receiver<bool>) -> Api {
+        let cfg_token = cfg.token.clone();
         Api {
             durable: Durable::new(home),
             cfg,
@@ -90,6 +93,7 @@ impl Api {
             hub: crate::tail::WatchHub::new(),
             shutdown,
             streams: Default::default(),
+            token: std::sync::RwLock::new(cfg_token),
         }
     }
 }
@@ -182,7 +186,8 @@ async fn respond(api: Arc<Api>, req: Request<Incoming>, origin: &guard::OriginOk
         }
         return r;
     }
-    if let Err(detail) = guard::check_token(req.headers(), req.uri().query(), api.cfg.token.as_deref()) {
+    let token = api.token.read().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Err(detail) = guard::check_token(req.headers(), req.uri().query(), token.as_deref()) {
         let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
         r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return r;
