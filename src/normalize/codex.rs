@@ -13,7 +13,7 @@ use std::borrow::Cow;
 type S<'a> = Option<Cow<'a, str>>;
 
 #[derive(Deserialize)]
-struct Line<'a> {
+pub(super) struct Line<'a> {
     #[serde(borrow, rename = "type")]
     kind: S<'a>,
     #[serde(borrow)]
@@ -73,13 +73,6 @@ struct Change<'a> {
 struct ErrorObj<'a> {
     #[serde(borrow)]
     message: S<'a>,
-}
-
-pub(super) fn parse_error(text: &str) -> String {
-    match serde_json::from_str::<Line>(text) {
-        Ok(_) => "nested field has an unexpected type".into(),
-        Err(e) => e.to_string(),
-    }
 }
 
 pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {

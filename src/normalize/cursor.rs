@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 type S<'a> = Option<Cow<'a, str>>;
 
 #[derive(Deserialize)]
-struct Line<'a> {
+pub(super) struct Line<'a> {
     #[serde(borrow, rename = "type")]
     kind: S<'a>,
     #[serde(borrow)]
@@ -84,13 +84,6 @@ struct Success<'a> {
     #[serde(borrow)]
     stderr: S<'a>,
     exit_code: Option<i64>,
-}
-
-pub(super) fn parse_error(text: &str) -> String {
-    match serde_json::from_str::<Line>(text) {
-        Ok(_) => "nested field has an unexpected type".into(),
-        Err(e) => e.to_string(),
-    }
 }
 
 pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {

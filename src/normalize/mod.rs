@@ -144,11 +144,19 @@ fn classify(adapter: Adapter, text: &str) -> Data<'static> {
     let kind = obj.get("type").and_then(|t| t.as_str()).unwrap_or("(no type)");
     // Re-run the typed parse to get serde's own words for the broken field.
     let why = match adapter {
-        Adapter::Claude => claude::parse_error(text),
-        Adapter::Cursor => cursor::parse_error(text),
-        Adapter::Codex => codex::parse_error(text),
+        Adapter::Claude => parse_error::<claude::Line>(text),
+        Adapter::Cursor => parse_error::<cursor::Line>(text),
+        Adapter::Codex => parse_error::<codex::Line>(text),
     };
     Data::error(format!("{adapter} {kind} line with a broken shape: {why}"), raw)
+}
+
+/// serde's own words for why a dialect's envelope `T` refuses `text`.
+fn parse_error<'a, T: Deserialize<'a>>(text: &'a str) -> String {
+    match serde_json::from_str::<T>(text) {
+        Ok(_) => "nested field has an unexpected type".into(),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// A raw JSON string value, decoded; `None` when `raw` is not a JSON string.
