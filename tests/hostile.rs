@@ -9,6 +9,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+/// (method, path, extra headers, body, expected status)
+type Case<'a> = (&'a str, String, Vec<(&'a str, String)>, Option<&'a [u8]>, u16);
+
 #[test]
 fn hostile_inputs_get_their_expected_status() {
     let home = tempfile::tempdir().unwrap();
@@ -18,8 +21,7 @@ fn hostile_inputs_get_their_expected_status() {
     let host = format!("127.0.0.1:{}", api.port);
     let mb = "a".repeat(1 << 20);
     let digits = "9".repeat(10_000);
-    // (method, path, extra headers, body, expected status)
-    let table: Vec<(&str, String, Vec<(&str, String)>, Option<&[u8]>, u16)> = vec![
+    let table: Vec<Case> = vec![
         ("GET", "/runs/..%2F..%2Fetc%2Fpasswd".into(), vec![], None, 400),
         ("GET", "/runs/%2e%2e%2f%2e%2e".into(), vec![], None, 400),
         ("GET", "/runs/..".into(), vec![], None, 400),
