@@ -198,7 +198,8 @@ run_engine() {
   trap on_signal TERM INT HUP
   (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$@") < /dev/null >> "$LOG" 2>> "$LOG.stderr" &
   ENGINE_PID=$!
-  sleep "$TIMEOUT" &
+  # The timer holds none of our stdio: a caller reading our stdout must not wait for it.
+  sleep "$TIMEOUT" > /dev/null 2>&1 &
   sleeper=$!
   while :; do
     wait -n "$ENGINE_PID" "$sleeper" 2> /dev/null

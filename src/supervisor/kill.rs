@@ -63,6 +63,25 @@ pub async fn kill_group(pgid: i32, grace: Duration) -> Duration {
     took
 }
 
+/// Process groups (other than ours) led by a process whose command line contains `needle`.
+pub fn groups_mentioning(needle: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Some((state, _, pgrp)) = stat_fields(pid) else { continue };
+        if state == 'Z' || pgrp == me || pgrp <= 1 || out.contains(&pgrp) {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        if String::from_utf8_lossy(&cmd).contains(needle) {
+            out.push(pgrp);
+        }
+    }
+    out
+}
+
 /// Kills and reaps children of this process that are not in `keep` (processes that escaped their
 /// group and were re-parented to the subreaper), and reaps zombie children among them.
 pub fn sweep_orphans(keep: &[i32]) {

@@ -280,11 +280,22 @@ impl Scheduler {
         if let Some(path) = live {
             if let Ok(Some(old)) = liveness::get(path) {
                 for (task, t) in &old.tasks {
-                    if kill::group_alive(t.pgid) && looks_like_ours(t.pid) {
+                    // A group whose leader (the wrapper) is dead but which still has members is the
+                    // wrapper's leftovers (a live group id is never handed to another process);
+                    // a live leader must still look like a wrapper (not a recycled pid).
+                    let leader_dead = !liveness::pid_alive(t.pid);
+                    if kill::group_alive(t.pgid) && (leader_dead || looks_like_ours(t.pid)) {
                         tracing::warn!(RUN_ID = %ctx.run_id, TASK = %task, pgid = t.pgid, "killing an orphaned turn of a previous supervisor");
                         kill::kill_group(t.pgid, ctx.kill_grace).await;
                     }
                 }
+            }
+            // Turns of a dead supervisor that liveness never recorded: found by their command line,
+            // which names this run's prompt files.
+            let prompts = ctx.pointer.runstate_dir.join(format!("{}.prompts/", ctx.pointer.slug));
+            for pgid in kill::groups_mentioning(&prompts.to_string_lossy()) {
+                tracing::warn!(RUN_ID = %ctx.run_id, pgid, "killing an unrecorded turn of a previous supervisor");
+                kill::kill_group(pgid, ctx.kill_grace).await;
             }
             let paused = self.paused;
             liveness::update(path, &ctx.run_id, |l| {

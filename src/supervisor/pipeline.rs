@@ -172,7 +172,7 @@ impl Ctx {
         state: &str,
         timeout: Option<Duration>,
     ) -> Result<(i32, Vec<u8>), String> {
-        let child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.as_std().get_program()))?;
+        let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.as_std().get_program()))?;
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         kill::track_child(pid);
         self.set_pgid(task, Some(pid));
@@ -181,18 +181,41 @@ impl Ctx {
         if self.killed_by(task).is_some() {
             tokio::spawn(kill::kill_group(pid, self.kill_grace));
         }
-        let waited = match timeout {
-            Some(t) => match tokio::time::timeout(t, child.wait_with_output()).await {
-                Ok(r) => r.map(|o| (wrapper::exit_code(o.status), o.stdout)),
+        // stdout is read alongside; the child's exit (not its pipe's EOF, which a descendant may
+        // hold) is what ends the wait.
+        let reader = child.stdout.take().map(|mut out| {
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = Vec::new();
+                let _ = (&mut out).take(1 << 20).read_to_end(&mut buf).await;
+                buf
+            })
+        });
+        let status = match timeout {
+            Some(t) => match tokio::time::timeout(t, child.wait()).await {
+                Ok(r) => r.map(|s| Some(wrapper::exit_code(s))),
                 Err(_) => {
                     kill::kill_group(pid, self.kill_grace).await;
-                    Ok((124, Vec::new()))
+                    let _ = child.wait().await;
+                    Ok(None)
                 }
             },
-            None => child.wait_with_output().await.map(|o| (wrapper::exit_code(o.status), o.stdout)),
+            None => child.wait().await.map(|s| Some(wrapper::exit_code(s))),
         };
         kill::untrack_child(pid);
+        // The child's group may outlive it (a wrapper killed hard leaves its engine behind): end it.
+        if kill::group_alive(pid) {
+            tracing::warn!(RUN_ID = %self.run_id, TASK = %task, pgid = pid, "killing what the child left in its group");
+            kill::kill_group(pid, self.kill_grace).await;
+        }
+        let stdout = match reader {
+            Some(r) => {
+                tokio::time::timeout(Duration::from_secs(2), r).await.ok().and_then(|j| j.ok()).unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
         self.set_pgid(task, None);
+        let waited = status.map(|rc| (rc.unwrap_or(124), stdout));
         waited.map_err(|e| format!("waiting for pid {pid}: {e}"))
     }
 }
