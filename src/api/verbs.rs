@@ -92,9 +92,9 @@ pub async fn verb(
         return Err(error_response(StatusCode::BAD_REQUEST, "field by must be 1 to 64 characters"));
     }
     let (msg, interrupt) = if verb == Verb::Steer {
-        let msg = field_str(&body, "msg")?
-            .filter(|m| !m.trim().is_empty())
-            .ok_or_else(|| error_response(StatusCode::BAD_REQUEST, "field msg is required: the message to queue"))?;
+        let msg = field_str(&body, "msg")?.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
+            error_response(StatusCode::BAD_REQUEST, "field msg is required and must not be blank: the message to queue")
+        })?;
         let interrupt = match body.get("interrupt") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
