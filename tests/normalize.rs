@@ -313,3 +313,64 @@ fn the_fast_writer_is_byte_identical_to_serde_on_every_fixture_event() {
         }
     }
 }
+
+/// CI-sized fuzzing: real fixture lines mutated (byte flips, truncation, splices, duplicated
+/// spans) through every dialect — 30,000 lines per adapter by default (`HARNESS_FUZZ_LINES`).
+/// No panic, exactly the seq of its line on every event, every event valid JSON. The long
+/// coverage-guided runs are `fuzz/` (cargo-fuzz).
+#[test]
+fn mutated_fixture_lines_never_break_the_normalizer() {
+    let n: usize = std::env::var("HARNESS_FUZZ_LINES").ok().and_then(|v| v.parse().ok()).unwrap_or(30_000);
+    let mut corpus: Vec<Vec<u8>> = Vec::new();
+    for (_, raw, _) in fixtures() {
+        for l in std::fs::read(&raw).unwrap().split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            corpus.push(l.to_vec());
+        }
+    }
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rnd = move |m: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m.max(1) as u64) as usize
+    };
+    let mut events = 0usize;
+    for a in Adapter::ALL {
+        for i in 0..n {
+            let mut line = corpus[rnd(corpus.len())].clone();
+            for _ in 0..1 + rnd(4) {
+                match rnd(5) {
+                    0 if !line.is_empty() => {
+                        let p = rnd(line.len());
+                        line[p] = rnd(256) as u8;
+                    }
+                    1 if !line.is_empty() => line.truncate(rnd(line.len())),
+                    2 => {
+                        let other = &corpus[rnd(corpus.len())];
+                        let cut = rnd(other.len());
+                        let at = rnd(line.len() + 1);
+                        line.splice(at..at, other[cut..].iter().copied());
+                    }
+                    3 if line.len() > 2 => {
+                        let s = rnd(line.len() - 1);
+                        let e = s + 1 + rnd(line.len() - s - 1);
+                        let span = line[s..e].to_vec();
+                        line.splice(e..e, span);
+                    }
+                    _ => {
+                        const NASTY: &[u8] = b"{}[]\",:\\ \x00\xff";
+                        line.push(NASTY[rnd(NASTY.len())]);
+                    }
+                }
+            }
+            let no = i as u64 + 1;
+            for e in normalize_line(a, no, &line, &ctx()) {
+                assert_eq!(e.seq.line, no);
+                let v: serde_json::Value = serde_json::from_str(&e.to_json()).expect("an event is JSON");
+                assert!(v.is_object());
+                events += 1;
+            }
+        }
+    }
+    eprintln!("mutated lines: {} ({n} per adapter), events: {events}", n * 3);
+}
