@@ -70,6 +70,22 @@ pub fn commit_task(
     Ok(git(worktree, &["rev-parse", "HEAD"])?.trim().to_string())
 }
 
+/// Waits (up to `max`) until no git process holds the repository's index lock: a commit started by
+/// a supervisor that has since died may still be finishing, and must be seen before deciding to
+/// commit again. Returns false when the lock is still there after `max`.
+pub fn wait_index_unlocked(worktree: &Path, max: std::time::Duration) -> bool {
+    let Ok(dir) = git(worktree, &["rev-parse", "--git-dir"]) else { return true };
+    let lock = worktree.join(dir.trim()).join("index.lock");
+    let end = std::time::Instant::now() + max;
+    while lock.exists() {
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
+
 /// Escapes a value for a basic regular expression (ids only hold `[A-Za-z0-9._-]`).
 fn bre_literal(s: &str) -> String {
     s.replace('.', "\\.")

@@ -313,6 +313,8 @@ impl Scheduler {
             match t.state {
                 TaskState::Committed | TaskState::Halted => {}
                 TaskState::Gated | TaskState::Reviewed => {
+                    // A commit the dead supervisor started may still be finishing.
+                    crate::git::wait_index_unlocked(wt, Duration::from_secs(30));
                     if let Some(sha) = crate::git::find_task_commit(wt, ctx.run_id.as_str(), task.id.as_str()) {
                         let mut r = Record::task(&task.id, TaskState::Committed);
                         r.sha = Some(sha);

@@ -424,15 +424,26 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     let subject = format!("{id}: {}", first_line(&task.prompt));
     let wt = ctx.pointer.worktree.clone();
     let (run, tid, fl) = (ctx.run_id.to_string(), id.to_string(), files.to_vec());
-    let made =
-        tokio::task::spawn_blocking(move || crate::git::commit_task(&wt, &fl, &subject, &run, &tid, attempt)).await;
-    let sha = match made {
-        Ok(Ok(sha)) => sha,
+    // Exactly once: a commit of this run's task that already exists (made by a supervisor that died
+    // before journaling it, maybe finishing only now) is adopted, never made again.
+    let made = tokio::task::spawn_blocking(move || {
+        crate::git::wait_index_unlocked(&wt, Duration::from_secs(30));
+        match crate::git::find_task_commit(&wt, &run, &tid) {
+            Some(sha) => Ok((sha, true)),
+            None => crate::git::commit_task(&wt, &fl, &subject, &run, &tid, attempt).map(|sha| (sha, false)),
+        }
+    })
+    .await;
+    let (sha, adopted) = match made {
+        Ok(Ok(r)) => r,
         Ok(Err(e)) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
     let mut r = Record::task(id, TaskState::Committed);
     r.sha = Some(sha);
+    if adopted {
+        r.detail = Some("the commit already existed (made before a supervisor restart): adopted".into());
+    }
     ctx.append(r)
 }
 

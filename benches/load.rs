@@ -1,0 +1,218 @@
+//! Soak under load (loopback only, bounded, self-stopping): one API, 3 supervised runs (their tasks
+//! hang, so the runs stay live), 1,000 SSE clients spread over the runs' tasks, and 100 POST/s of
+//! steer / pause / resume / kill for 60 s (`HARNESS_SOAK_SECS` to change). Reports requests served,
+//! non-4xx errors, POST latency p50/p99, the API's RSS at start and end, and its CPU time.
+//!
+//! Run: `cargo bench --bench load`. Figures printed; nothing asserted.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    assert!(
+        Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+            .args(args)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+}
+
+fn status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = &stat[stat.rfind(')').map(|i| i + 2).unwrap_or(0)..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat (11 and 12 after the comm).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn main() {
+    let secs: u64 = std::env::var("HARNESS_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let d = tempfile::tempdir().unwrap();
+    let home = d.path().join("home");
+    let engines = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/engines");
+    let mut sups = Vec::new();
+    let mut runs: Vec<(String, Vec<String>)> = Vec::new();
+    for r in 0..3 {
+        let repo = d.path().join(format!("repo{r}"));
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("R"), "x").unwrap();
+        git(&repo, &["add", "R"]);
+        git(&repo, &["commit", "-qm", "i"]);
+        let tasks: Vec<String> = (0..4).map(|t| format!("T{t}")).collect();
+        let plan = d.path().join(format!("plan{r}.json"));
+        let body: Vec<String> =
+            tasks.iter().map(|t| format!(r#"{{"id":"{t}","wave":1,"adapter":"claude","prompt":"soak"}}"#)).collect();
+        std::fs::write(
+            &plan,
+            format!(r#"{{"v":"plan/v1","slug":"soak{r}","max_parallel":4,"tasks":[{}]}}"#, body.join(",")),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .arg("run")
+            .arg(&plan)
+            .args(["--supervised", "--foreground", "--kill-grace", "1s", "--linger", "10m"])
+            .current_dir(&repo)
+            .env("HARNESS_HOME", &home)
+            .env("HARNESS_CLAUDE_BIN", engines.join("fake-claude"))
+            .env("HARNESS_FAKE_SCENARIO", "hang")
+            .env("HARNESS_FAKE_PACE", "fast")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        sups.push(Kill(child));
+        let log_dir: PathBuf = repo.join(format!("runstate/soak{r}.logs"));
+        let end = Instant::now() + Duration::from_secs(30);
+        while tasks.iter().any(|t| {
+            std::fs::read_to_string(log_dir.join(format!("{t}.log"))).map(|s| s.lines().count()).unwrap_or(0) < 5
+        }) {
+            assert!(Instant::now() < end, "run {r} did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let id = std::fs::read_dir(home.join("runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(&format!("--soak{r}.json")))
+            .next()
+            .unwrap()
+            .trim_end_matches(".json")
+            .to_string();
+        runs.push((id, tasks));
+    }
+    let mut api = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["api", "--listen", "127.0.0.1:0"])
+        .env("HARNESS_HOME", &home)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(api.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+    let pid = api.id();
+    let _api = Kill(api);
+    let rss_start = status_kb(pid, "VmRSS:");
+    let cpu_start = cpu_secs(pid);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (served, errors, mut lat, sse_ok, sse_events) = rt.block_on(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let stop = Instant::now() + Duration::from_secs(secs);
+        // 1,000 SSE clients spread over the 12 tasks.
+        let mut clients = tokio::task::JoinSet::new();
+        for c in 0..1000 {
+            let (run, tasks) = runs[c % runs.len()].clone();
+            let task = tasks[(c / runs.len()) % tasks.len()].clone();
+            clients.spawn(async move {
+                let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return (false, 0u64) };
+                let req = format!("GET /runs/{run}/tasks/{task}/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+                if s.write_all(req.as_bytes()).await.is_err() {
+                    return (false, 0);
+                }
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut events = 0u64;
+                let mut ok = false;
+                while Instant::now() < stop {
+                    match tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => return (ok, events),
+                        Ok(Ok(n)) => {
+                            ok |= buf[..n].starts_with(b"HTTP/1.1 200");
+                            events += memchr::memmem::find_iter(&buf[..n], b"\nid: ").count() as u64;
+                        }
+                        Err(_) => {}
+                    }
+                }
+                (ok, events)
+            });
+        }
+        // 100 POST/s of verbs.
+        let mut served = 0u64;
+        let mut errors = 0u64;
+        let mut lat = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        let mut i = 0usize;
+        while Instant::now() < stop {
+            tick.tick().await;
+            let (run, tasks) = &runs[i % runs.len()];
+            let task = &tasks[(i / 3) % tasks.len()];
+            let (path, body) = match i % 4 {
+                0 => (format!("/runs/{run}/tasks/{task}/steer"), r#"{"msg":"soak steer"}"#.to_string()),
+                1 => (format!("/runs/{run}/pause"), "{}".to_string()),
+                2 => (format!("/runs/{run}/resume"), "{}".to_string()),
+                _ => (format!("/runs/{run}/tasks/{task}/kill"), "{}".to_string()),
+            };
+            i += 1;
+            let t = Instant::now();
+            let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                errors += 1;
+                continue;
+            };
+            let req = format!(
+                "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(req.as_bytes()).await;
+            let mut resp = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut resp)).await;
+            lat.push(t.elapsed());
+            served += 1;
+            let code: u16 = String::from_utf8_lossy(&resp).split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+            if !(200..500).contains(&code) {
+                errors += 1;
+            }
+        }
+        let mut sse_ok = 0;
+        let mut sse_events = 0;
+        while let Some(r) = clients.join_next().await {
+            if let Ok((ok, n)) = r {
+                sse_ok += ok as u32;
+                sse_events += n;
+            }
+        }
+        (served, errors, lat, sse_ok, sse_events)
+    });
+    lat.sort();
+    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e3;
+    let rss_end = status_kb(pid, "VmRSS:");
+    let hwm = status_kb(pid, "VmHWM:");
+    println!(
+        "soak {secs} s: 3 runs, 1000 SSE clients ({sse_ok} answered 200, {sse_events} events received), {served} POSTs served \
+         ({:.0}/s), non-4xx errors {errors} [goal 0], POST latency p50 {:.1} ms p99 {:.1} ms, API RSS start {:.1} MB end {:.1} MB \
+         peak {:.1} MB, API CPU {:.1} s ({:.0}% of one core)",
+        served as f64 / secs as f64,
+        p(0.5),
+        p(0.99),
+        rss_start as f64 / 1024.0,
+        rss_end as f64 / 1024.0,
+        hwm as f64 / 1024.0,
+        cpu_secs(pid) - cpu_start,
+        (cpu_secs(pid) - cpu_start) / secs as f64 * 100.0
+    );
+}
