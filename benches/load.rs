@@ -100,8 +100,7 @@ fn main() {
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(&format!("--soak{r}.json")))
-            .next()
+            .find(|n| n.ends_with(&format!("--soak{r}.json")))
             .unwrap()
             .trim_end_matches(".json")
             .to_string();
