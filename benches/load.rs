@@ -118,8 +118,21 @@ fn main() {
     let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
     let pid = api.id();
     let _api = Kill(api);
-    let rss_start = status_kb(pid, "VmRSS:");
+    let rss_idle = status_kb(pid, "VmRSS:");
     let cpu_start = cpu_secs(pid);
+    // RSS once a second: flat after the clients are connected means no growth with events served.
+    let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let s2 = samples.clone();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let v = status_kb(pid, "VmRSS:");
+            if v == 0 {
+                return;
+            }
+            s2.lock().unwrap().push(v);
+        }
+    });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (served, errors, mut lat, sse_ok, sse_events) = rt.block_on(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -199,17 +212,20 @@ fn main() {
     });
     lat.sort();
     let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e3;
-    let rss_end = status_kb(pid, "VmRSS:");
+    let rss = samples.lock().unwrap().clone();
+    let after_connect = rss.get(3).copied().unwrap_or(0);
+    let end = rss.last().copied().unwrap_or(0);
     let hwm = status_kb(pid, "VmHWM:");
     println!(
         "soak {secs} s: 3 runs, 1000 SSE clients ({sse_ok} answered 200, {sse_events} events received), {served} POSTs served \
-         ({:.0}/s), non-4xx errors {errors} [goal 0], POST latency p50 {:.1} ms p99 {:.1} ms, API RSS start {:.1} MB end {:.1} MB \
-         peak {:.1} MB, API CPU {:.1} s ({:.0}% of one core)",
+         ({:.0}/s), non-4xx errors {errors} [goal 0], POST latency p50 {:.1} ms p99 {:.1} ms, API RSS idle {:.1} MB, \
+         3 s in (clients connected) {:.1} MB, at the end {:.1} MB [goal: flat], peak {:.1} MB, API CPU {:.1} s ({:.0}% of one core)",
         served as f64 / secs as f64,
         p(0.5),
         p(0.99),
-        rss_start as f64 / 1024.0,
-        rss_end as f64 / 1024.0,
+        rss_idle as f64 / 1024.0,
+        after_connect as f64 / 1024.0,
+        end as f64 / 1024.0,
         hwm as f64 / 1024.0,
         cpu_secs(pid) - cpu_start,
         (cpu_secs(pid) - cpu_start) / secs as f64 * 100.0
