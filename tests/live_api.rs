@@ -321,6 +321,9 @@ fn bodies_are_checked_415_413_400() {
         (r#"{"interrupt":true}"#, "field msg is required"),
         (r#"{"msg":5}"#, "field msg must be a string"),
         (r#"{"msg":"m","interrupt":"yes"}"#, "field interrupt must be a boolean"),
+        (r#"{"msg":"m","interrupt":null}"#, "field interrupt must be a boolean"),
+        (r#"{"msg":"m","by":null}"#, "field by must be a string"),
+        (r#"{"msg":null}"#, "field msg must be a string"),
     ] {
         let r = http(api.port, "POST", &path, &[("Content-Type", "application/json")], Some(body.as_bytes()));
         assert_eq!(r.status, 400, "{body}");

@@ -70,8 +70,9 @@ pub async fn json_body(
 }
 
 fn field_str(map: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, Response<Body>> {
+    // Absent is absent; null is not a string (the spec says string).
     match map.get(name) {
-        None | Some(Value::Null) => Ok(None),
+        None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(error_response(StatusCode::BAD_REQUEST, format!("field {name} must be a string"))),
     }
@@ -88,7 +89,8 @@ pub async fn verb(
     let allowed: &[&str] = if verb == Verb::Steer { &["msg", "interrupt", "by"] } else { &["by"] };
     let body = json_body(req, allowed).await?;
     let by = field_str(&body, "by")?.unwrap_or_else(|| "api".into());
-    if by.is_empty() || by.len() > 64 {
+    // Characters, as JSON Schema's maxLength counts them (not bytes).
+    if by.is_empty() || by.chars().count() > 64 {
         return Err(error_response(StatusCode::BAD_REQUEST, "field by must be 1 to 64 characters"));
     }
     let (msg, interrupt) = if verb == Verb::Steer {
@@ -96,7 +98,7 @@ pub async fn verb(
             error_response(StatusCode::BAD_REQUEST, "field msg is required and must not be blank: the message to queue")
         })?;
         let interrupt = match body.get("interrupt") {
-            None | Some(Value::Null) => false,
+            None => false,
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(error_response(StatusCode::BAD_REQUEST, "field interrupt must be a boolean")),
         };
