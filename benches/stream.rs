@@ -10,30 +10,11 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+mod support;
 use std::time::{Duration, Instant};
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    assert!(
-        Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(["-c", "user.name=b", "-c", "user.email=b@b"])
-            .args(args)
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
-}
+use support::{Kill, git, status_kb};
 
 /// A supervised run whose task hangs (so /stream is live); returns (home, run id, log path, guard).
 fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, Kill) {
@@ -114,15 +95,6 @@ fn open_sse(port: u16, path: &str, last: Option<&str>) -> BufReader<TcpStream> {
     BufReader::new(s)
 }
 
-fn vm(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
-}
-
 fn pct(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -176,7 +148,7 @@ fn fan_out() {
     std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(&body).unwrap();
     let (port, api) = api(&home, &[]);
     let pid = api.0.id();
-    let rss0 = vm(pid, "VmRSS:");
+    let rss0 = status_kb(pid, "VmRSS:");
     let total_lines = std::fs::read_to_string(&log).unwrap().lines().count() + 200;
     let last = total_lines.to_string();
     let clients = 1000;
@@ -223,11 +195,11 @@ fn fan_out() {
             if let Ok((_, true)) = r {
                 ok += 1;
             }
-            peak = peak.max(vm(pid, "VmRSS:"));
+            peak = peak.max(status_kb(pid, "VmRSS:"));
         }
         (ok, peak)
     });
-    let hwm = vm(pid, "VmHWM:");
+    let hwm = status_kb(pid, "VmHWM:");
     println!(
         "{clients} SSE clients on one task, {:.1} MB log + 200 live appends: {} clients got every event up to seq {last} in {:.1} s; API RSS {:.1} MB at start, peak (VmHWM) {:.1} MB [goal <= 64 MB]",
         body.len() as f64 / 1e6,

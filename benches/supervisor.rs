@@ -9,21 +9,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "b")
-        .env("GIT_AUTHOR_EMAIL", "b@b")
-        .env("GIT_COMMITTER_NAME", "b")
-        .env("GIT_COMMITTER_EMAIL", "b@b")
-        .output()
-        .unwrap()
-        .status
-        .success();
-    assert!(ok);
-}
+mod support;
+use support::git;
 
 fn control(sock: &Path, req: &str) -> serde_json::Value {
     let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
