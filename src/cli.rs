@@ -455,9 +455,11 @@ fn run(cmd: Cmd) -> Result<(), Fail> {
             let p = pointer(&home()?, &run)?;
             let view = journal::replay(&p.journal_path())?;
             let live = liveness::get(&p.liveness_path()).ok().flatten();
-            let report = journal::reconcile(&view, &p.worktree, |t| {
-                live.as_ref().and_then(|l| l.tasks.get(t)).is_some_and(|r| liveness::pid_alive(r.pid))
-            });
+            let report = journal::reconcile(
+                &view,
+                |sha| crate::git::commit_exists(&p.worktree, sha),
+                |t| live.as_ref().and_then(|l| l.tasks.get(t)).is_some_and(|r| liveness::pid_alive(r.pid)),
+            );
             print_json(&report);
             if report.is_clean() { Ok(()) } else { Err(Fail(3, "journal reconcile found discrepancies".into())) }
         }

@@ -13,17 +13,9 @@ use std::time::Duration;
 const PLAN: &str = include_str!("../fixtures/demo/plan.json");
 
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=harness demo", "-c", "user.email=demo@localhost"])
-        .args(args)
-        .output()
-        .map_err(|e| format!("git is needed for the demo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
+    let mut all = vec!["-c", "user.name=harness demo", "-c", "user.email=demo@localhost"];
+    all.extend_from_slice(args);
+    crate::git::run(dir, &all).map(|_| ()).map_err(|e| format!("{e} (the demo needs git)"))
 }
 
 /// The fixtures directory (fake engines): `$HARNESS_FIXTURES`, else the source tree's.

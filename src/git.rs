@@ -32,6 +32,54 @@ fn git(worktree: &Path, args: &[&str]) -> Result<String, GitError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `git -C dir args…` and returns its stdout (for callers with a git step of their own, e.g.
+/// the demo's scratch repo).
+pub fn run(dir: &Path, args: &[&str]) -> Result<String, GitError> {
+    git(dir, args)
+}
+
+/// True when `sha` names a commit object in the repository at `worktree`.
+pub fn commit_exists(worktree: &Path, sha: &str) -> bool {
+    if sha.is_empty() || !sha.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return false;
+    }
+    git(worktree, &["cat-file", "-e", &format!("{sha}^{{commit}}")]).is_ok()
+}
+
+/// The branch checked out in `worktree`, if it is a git worktree on a branch.
+pub fn branch(worktree: &Path) -> Option<String> {
+    let s = git(worktree, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok()?;
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// The top level of the repository containing `dir`, if it is in one.
+pub fn toplevel(dir: &Path) -> Option<std::path::PathBuf> {
+    git(dir, &["rev-parse", "--show-toplevel"]).ok().map(|s| std::path::PathBuf::from(s.trim()))
+}
+
+/// Paths changed in the worktree (`git status`, untracked included, both sides of a rename): what
+/// a wrapper's status line lists, for recovery when there is no status line.
+pub fn changed_files(worktree: &Path) -> Vec<String> {
+    let Ok(out) = git(worktree, &["status", "--porcelain=v1", "-z", "--untracked-files=all"]) else {
+        return Vec::new();
+    };
+    let mut files = Vec::new();
+    let mut it = out.split('\0').filter(|e| !e.is_empty());
+    while let Some(e) = it.next() {
+        if e.len() < 4 {
+            continue;
+        }
+        files.push(e[3..].to_string());
+        if (e.starts_with('R') || e.starts_with('C'))
+            && let Some(orig) = it.next()
+        {
+            files.push(orig.to_string());
+        }
+    }
+    files
+}
+
 /// True when `dir` is inside a git work tree.
 pub fn is_worktree(dir: &Path) -> bool {
     git(dir, &["rev-parse", "--is-inside-work-tree"]).is_ok_and(|s| s.trim() == "true")

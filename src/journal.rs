@@ -682,14 +682,18 @@ impl Reconciliation {
 
 /// Checks the journal against git and live processes. The journal wins: nothing is rewritten here,
 /// the caller decides (the supervisor's recovery re-dispatches, an operator reads the report).
-pub fn reconcile(view: &RunView, repo: &Path, is_running: impl Fn(&TaskId) -> bool) -> Reconciliation {
+pub fn reconcile(
+    view: &RunView,
+    commit_exists: impl Fn(&str) -> bool,
+    is_running: impl Fn(&TaskId) -> bool,
+) -> Reconciliation {
     let mut missing_commits = Vec::new();
     let mut in_flight = Vec::new();
     for (task, t) in &view.tasks {
         match t.state {
             TaskState::Committed => {
                 let sha = t.sha.clone().unwrap_or_default();
-                if !commit_exists(repo, &sha) {
+                if !commit_exists(&sha) {
                     missing_commits.push((task.clone(), sha));
                 }
             }
@@ -707,22 +711,6 @@ pub fn reconcile(view: &RunView, repo: &Path, is_running: impl Fn(&TaskId) -> bo
         bad_lines: view.bad_lines.clone(),
         torn_tail: view.torn_tail.clone(),
     }
-}
-
-/// True when `sha` names a commit object in the git repo at `repo`.
-pub fn commit_exists(repo: &Path, sha: &str) -> bool {
-    if sha.is_empty() || !sha.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return false;
-    }
-    std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["cat-file", "-e", &format!("{sha}^{{commit}}")])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -227,7 +227,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
         slug: r.slug.clone(),
         project: r.project.map(str::to_string).unwrap_or_else(|| repo.clone()),
         repo,
-        branch: git_branch(&worktree),
+        branch: crate::git::branch(&worktree),
         repo_root,
         worktree,
         runstate_dir,
@@ -236,18 +236,4 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
     };
     write(home, &p)?;
     Ok(p)
-}
-
-/// The branch checked out in `worktree`, if it is a git worktree on a branch.
-fn git_branch(worktree: &Path) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(worktree)
-        .args(["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    (out.status.success() && !s.is_empty()).then_some(s)
 }

@@ -8,7 +8,7 @@ use crate::ids::{RunId, Slug};
 use crate::journal::{self, Journal, Record, RunEvent};
 use crate::plan::Plan;
 use crate::registry::{self, Plane, Pointer};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,27 +28,13 @@ pub struct Launch<'a> {
     pub supervised: bool,
 }
 
-/// The repository containing `dir` (its git top level), or `dir` itself outside git.
-fn repo_of(dir: &Path) -> PathBuf {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["rev-parse", "--show-toplevel"])
-        .stderr(std::process::Stdio::null())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
-        _ => dir.to_path_buf(),
-    }
-}
-
 /// Registers a new run for `plan` and journals its start. Refuses a run whose journal already exists.
 pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     let plan = Plan::load(l.plan_path).map_err(|e| RunError::Invalid(e.to_string()))?;
     let cwd = std::env::current_dir().map_err(|e| RunError::Failed(e.to_string()))?;
     let repo = match l.repo {
         Some(r) => r.to_path_buf(),
-        None => repo_of(&cwd),
+        None => crate::git::toplevel(&cwd).unwrap_or_else(|| cwd.clone()),
     };
     let repo = home::canonical_dir(&repo).map_err(|e| RunError::Invalid(format!("--repo: {e}")))?;
     let worktree = match l.worktree {

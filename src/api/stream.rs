@@ -142,9 +142,10 @@ async fn produce(api: &Api, src: Source, after: Option<Seq>, tx: mpsc::Sender<By
             }
         };
         let got = !lines.is_empty();
+        // Lines read together were observed together: one clock read per batch, not per line.
+        let now = crate::journal::now_rfc3339();
+        let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
         for (ord, line) in &lines {
-            let now = crate::journal::now_rfc3339();
-            let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
             for e in normalize::normalize_line(src.adapter, *ord, line, &ctx) {
                 if after.is_some_and(|a| e.seq <= a) {
                     continue;

@@ -59,7 +59,7 @@ pub async fn kill_group(pgid: i32, grace: Duration) -> Duration {
         }
     }
     let took = start.elapsed();
-    sweep_orphans(&[]);
+    sweep_orphans();
     took
 }
 
@@ -82,16 +82,13 @@ pub fn groups_mentioning(needle: &str) -> Vec<i32> {
     out
 }
 
-/// Kills and reaps children of this process that are not in `keep` (processes that escaped their
-/// group and were re-parented to the subreaper), and reaps zombie children among them.
-pub fn sweep_orphans(keep: &[i32]) {
+/// Kills and reaps children of this process that escaped their group and were re-parented to the
+/// subreaper (children spawned through tokio are tracked and left alone).
+pub fn sweep_orphans() {
     let me = std::process::id() as i32;
     let Ok(rd) = std::fs::read_dir("/proc") else { return };
     for e in rd.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        if keep.contains(&pid) {
-            continue;
-        }
         let Some((state, ppid, pgrp)) = stat_fields(pid) else { continue };
         // Only orphans: re-parented to us but not in a group we started ourselves (those are
         // tokio children that tokio reaps) — an orphan leads its own session or group.

@@ -262,7 +262,7 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
             Start::Commit => {
                 let files = match files.take() {
                     Some(f) => f,
-                    None => changed_files(&ctx.pointer.worktree),
+                    None => crate::git::changed_files(&ctx.pointer.worktree),
                 };
                 return commit(ctx, task, current, &files, session).await;
             }
@@ -475,29 +475,4 @@ fn ensure_exit_marker(log: &Path, offset: u64, rc: i32, session: Option<&str>) {
 fn first_line(s: &str) -> String {
     let l = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     l.chars().take(72).collect()
-}
-
-/// Changed paths in the worktree (what a wrapper's status line lists), for recovery.
-pub(crate) fn changed_files(worktree: &Path) -> Vec<String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(worktree)
-        .args(["status", "--porcelain=v1", "-z", "--untracked-files=all"])
-        .stdin(Stdio::null())
-        .output();
-    let Ok(out) = out else { return Vec::new() };
-    let mut files = Vec::new();
-    let mut it = out.stdout.split(|&b| b == 0).filter(|e| !e.is_empty());
-    while let Some(e) = it.next() {
-        if e.len() < 4 {
-            continue;
-        }
-        files.push(String::from_utf8_lossy(&e[3..]).into_owned());
-        if (e[0] == b'R' || e[0] == b'C')
-            && let Some(orig) = it.next()
-        {
-            files.push(String::from_utf8_lossy(orig).into_owned());
-        }
-    }
-    files
 }
