@@ -21,21 +21,9 @@ struct Live {
 impl Live {
     fn start() -> Live {
         let b = Bench::new();
-        let plan = b.plan(r#"{"v":"plan/v1","slug":"live","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"B","wave":2,"adapter":"claude","prompt":"y"}]}"#);
-        let child = b
-            .harness("hang")
-            .arg("run")
-            .arg(&plan)
-            .args(["--supervised", "--foreground", "--kill-grace", "1s"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let live = Live { _sup: Proc { child }, b };
-        wait_for(T, || {
-            (live.b.try_run_id().is_some() && harness::supervisor::control::is_live(&live.b.sock())).then_some(())
-        })
-        .expect("supervisor up");
+        let plan = r#"{"v":"plan/v1","slug":"live","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"B","wave":2,"adapter":"claude","prompt":"y"}]}"#;
+        let sup = b.start_supervised(plan, "hang", &[]);
+        let live = Live { _sup: sup, b };
         // The hang scenario prints 5 lines (claude's sigterm capture) and waits.
         wait_for(T, || (std::fs::read_to_string(live.log()).unwrap_or_default().lines().count() >= 5).then_some(()))
             .expect("engine output");

@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::time::Duration;
 
 struct Spec {
@@ -116,17 +115,8 @@ fn every_route_answers_as_openapi_yaml_says() {
 
     // Live routes over a supervised run.
     let b = Bench::new();
-    let plan = b.plan(r#"{"v":"plan/v1","slug":"oa","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"R","wave":1,"adapter":"codex","prompt":"y"}]}"#);
-    let child = b
-        .harness("hang")
-        .arg("run")
-        .arg(&plan)
-        .args(["--supervised", "--foreground", "--kill-grace", "1s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _sup = Proc { child };
+    let plan = r#"{"v":"plan/v1","slug":"oa","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"R","wave":1,"adapter":"codex","prompt":"y"}]}"#;
+    let _sup = b.start_supervised(plan, "hang", &[]);
     wait_for(Duration::from_secs(30), || {
         (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 2)
             .then_some(())

@@ -12,25 +12,11 @@ const T: Duration = Duration::from_secs(30);
 
 /// Starts `harness run PLAN --supervised --foreground` as a child and waits for its socket.
 fn start_supervised(b: &Bench, plan: &str, scenario: &str, extra: &[&str]) -> Proc {
-    let p = b.plan(plan);
-    let child = b
-        .harness(scenario)
-        .arg("run")
-        .arg(&p)
-        .args(["--supervised", "--foreground", "--kill-grace", "1s"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(b.dir.path().join("supervisor.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let proc = Proc { child };
-    wait_for(T, || (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock())).then_some(()))
-        .unwrap_or_else(|| panic!("supervisor never opened its socket: {}", supervisor_log(b)));
-    proc
+    b.start_supervised(plan, scenario, extra)
 }
 
 fn supervisor_log(b: &Bench) -> String {
-    std::fs::read_to_string(b.dir.path().join("supervisor.log")).unwrap_or_default()
+    b.supervisor_log()
 }
 
 fn wait_state(b: &Bench, task: &str, state: &str) {

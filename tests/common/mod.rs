@@ -330,6 +330,31 @@ impl Bench {
             .env("RUST_LOG", "info");
         c
     }
+    /// Starts `harness run PLAN --supervised --foreground --kill-grace 1s [extra]` as a child (its
+    /// stderr in `supervisor.log`) and waits for the run's pointer and live socket.
+    pub fn start_supervised(&self, plan: &str, scenario: &str, extra: &[&str]) -> Proc {
+        let p = self.plan(plan);
+        let child = self
+            .harness(scenario)
+            .arg("run")
+            .arg(&p)
+            .args(["--supervised", "--foreground", "--kill-grace", "1s"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("supervisor.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let proc = Proc { child };
+        wait_for(Duration::from_secs(30), || {
+            (self.try_run_id().is_some() && harness::supervisor::control::is_live(&self.sock())).then_some(())
+        })
+        .unwrap_or_else(|| panic!("supervisor never opened its socket: {}", self.supervisor_log()));
+        proc
+    }
+    /// What the supervisor started by `start_supervised` printed on stderr.
+    pub fn supervisor_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("supervisor.log")).unwrap_or_default()
+    }
     pub fn records(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(self.record())
             .unwrap_or_default()
