@@ -6,12 +6,11 @@
 //! Run: `cargo bench --bench load`. Figures printed; nothing asserted.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 mod support;
 use std::time::{Duration, Instant};
-use support::{Kill, git, status_kb};
+use support::{Kill, status_kb};
 
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -26,57 +25,12 @@ fn main() {
     let secs: u64 = std::env::var("HARNESS_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     let d = tempfile::tempdir().unwrap();
     let home = d.path().join("home");
-    let engines = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/engines");
     let mut sups = Vec::new();
     let mut runs: Vec<(String, Vec<String>)> = Vec::new();
     for r in 0..3 {
-        let repo = d.path().join(format!("repo{r}"));
-        std::fs::create_dir_all(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        std::fs::write(repo.join("R"), "x").unwrap();
-        git(&repo, &["add", "R"]);
-        git(&repo, &["commit", "-qm", "i"]);
-        let tasks: Vec<String> = (0..4).map(|t| format!("T{t}")).collect();
-        let plan = d.path().join(format!("plan{r}.json"));
-        let body: Vec<String> =
-            tasks.iter().map(|t| format!(r#"{{"id":"{t}","wave":1,"adapter":"claude","prompt":"soak"}}"#)).collect();
-        std::fs::write(
-            &plan,
-            format!(r#"{{"v":"plan/v1","slug":"soak{r}","max_parallel":4,"tasks":[{}]}}"#, body.join(",")),
-        )
-        .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_harness"))
-            .arg("run")
-            .arg(&plan)
-            .args(["--supervised", "--foreground", "--kill-grace", "1s", "--linger", "10m"])
-            .current_dir(&repo)
-            .env("HARNESS_HOME", &home)
-            .env("HARNESS_CLAUDE_BIN", engines.join("fake-claude"))
-            .env("HARNESS_FAKE_SCENARIO", "hang")
-            .env("HARNESS_FAKE_PACE", "fast")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        sups.push(Kill(child));
-        let log_dir: PathBuf = repo.join(format!("runstate/soak{r}.logs"));
-        let end = Instant::now() + Duration::from_secs(30);
-        while tasks.iter().any(|t| {
-            std::fs::read_to_string(log_dir.join(format!("{t}.log"))).map(|s| s.lines().count()).unwrap_or(0) < 5
-        }) {
-            assert!(Instant::now() < end, "run {r} did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let id = std::fs::read_dir(home.join("runs"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.ends_with(&format!("--soak{r}.json")))
-            .unwrap()
-            .trim_end_matches(".json")
-            .to_string();
-        runs.push((id, tasks));
+        let (id, _, guard) = support::hanging_run(d.path(), &home, &format!("soak{r}"), 4);
+        sups.push(guard);
+        runs.push((id, (0..4).map(|t| format!("T{t}")).collect()));
     }
     let mut api = Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(["api", "--listen", "127.0.0.1:0"])

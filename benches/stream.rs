@@ -14,54 +14,13 @@ use std::process::{Command, Stdio};
 
 mod support;
 use std::time::{Duration, Instant};
-use support::{Kill, git, status_kb};
+use support::{Kill, status_kb};
 
 /// A supervised run whose task hangs (so /stream is live); returns (home, run id, log path, guard).
 fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, Kill) {
-    let repo = dir.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("R"), "x").unwrap();
-    git(&repo, &["add", "R"]);
-    git(&repo, &["commit", "-qm", "i"]);
-    let plan = dir.join("plan.json");
-    std::fs::write(
-        &plan,
-        r#"{"v":"plan/v1","slug":"bench","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"}]}"#,
-    )
-    .unwrap();
     let home = dir.join("home");
-    let engines = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/engines");
-    let child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .arg("run")
-        .arg(&plan)
-        .args(["--supervised", "--foreground"])
-        .current_dir(&repo)
-        .env("HARNESS_HOME", &home)
-        .env("HARNESS_CLAUDE_BIN", engines.join("fake-claude"))
-        .env("HARNESS_FAKE_SCENARIO", "hang")
-        .env("HARNESS_FAKE_PACE", "fast")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let guard = Kill(child);
-    let log = repo.join("runstate/bench.logs/A.log");
-    let end = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_to_string(&log).map(|s| s.lines().count()).unwrap_or(0) < 5 {
-        assert!(Instant::now() < end, "engine never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let run = std::fs::read_dir(home.join("runs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .find(|n| !n.starts_with('.'))
-        .unwrap()
-        .trim_end_matches(".json")
-        .to_string();
-    (home, run, log, guard)
+    let (run, logs, guard) = support::hanging_run(dir, &home, "bench", 1);
+    (home, run, logs.join("T0.log"), guard)
 }
 
 fn api(home: &Path, extra: &[&str]) -> (u16, Kill) {
@@ -104,7 +63,7 @@ fn latency() {
     let d = tempfile::tempdir().unwrap();
     let (home, run, log, _sup) = live_run(d.path());
     let (port, _api) = api(&home, &[]);
-    let mut r = open_sse(port, &format!("/runs/{run}/tasks/A/stream"), Some("5"));
+    let mut r = open_sse(port, &format!("/runs/{run}/tasks/T0/stream"), Some("5"));
     let (tx, rx) = std::sync::mpsc::channel::<Instant>();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -157,7 +116,7 @@ fn fan_out() {
     let done = rt.block_on(async {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..clients {
-            let path = format!("/runs/{run}/tasks/A/stream");
+            let path = format!("/runs/{run}/tasks/T0/stream");
             let last = last.clone();
             set.spawn(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -226,7 +185,7 @@ fn resume() {
     let mut times = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        let mut r = open_sse(port, &format!("/runs/{run}/tasks/A/stream"), Some(&last));
+        let mut r = open_sse(port, &format!("/runs/{run}/tasks/T0/stream"), Some(&last));
         let mut line = String::new();
         loop {
             line.clear();
