@@ -2,8 +2,12 @@
 # _contract-probe.sh — checks each wrapper against the contract (spec/WRAPPER-CONTRACT.md) using its
 # fake engine: status line shape, session_id present on completion, exit codes, log appended (never
 # truncated) with an exit marker per turn, timeout, missing engine, usage errors.
-# With HARNESS_PROBE_REAL=1 it also runs one turn through each real CLI found on PATH (claude, codex,
-# cursor-agent), which then must reach a model (see issue "Real engines").
+# With HARNESS_PROBE_REAL=1 it also runs the real CLIs (HARNESS_CLAUDE_BIN / HARNESS_CODEX_BIN /
+# HARNESS_CURSOR_BIN as given on entry, else claude / codex / cursor-agent on PATH), which then must
+# reach a model: a turn, a resumed turn with the same session, the log appended with one exit marker
+# per turn. With HARNESS_PROBE_STANDIN=1 as well, the model is the test suite's stand-in
+# (tests/common/standin.rs), scripted by directives in the prompt: an HTTP error must exit 3 and a
+# stream slower than --timeout must exit 124, from the real CLI.
 #
 # usage: wrappers/_contract-probe.sh [na.sh|ca.sh|codex.sh ...]     (needs jq)
 # The checks are single-quoted strings evaluated later, on purpose.
@@ -15,6 +19,10 @@ command -v jq > /dev/null || { echo "probe: jq is required" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0 checks=0
+# The real CLIs, as given on entry (the fake-engine probes below override these variables).
+real_claude=${HARNESS_CLAUDE_BIN:-claude}
+real_codex=${HARNESS_CODEX_BIN:-codex}
+real_cursor=${HARNESS_CURSOR_BIN:-cursor-agent}
 
 ok() { checks=$((checks + 1)); printf '  ok   %s\n' "$1"; }
 bad() { checks=$((checks + 1)); failures=$((failures + 1)); printf '  FAIL %s\n' "$1"; }
@@ -75,23 +83,48 @@ probe() {
 }
 
 probe_real() {
-  local w=$1 cli=$2
+  local w=$1 bin_var=$2 cli=$3 name=$4 sid size1 t0
   if ! command -v "$cli" > /dev/null; then
-    echo "$w (real $cli): not on PATH, skipped"
+    echo "$w (real $name): $cli not found, skipped"
     return
   fi
   if [ "${HARNESS_PROBE_REAL:-0}" != 1 ]; then
-    echo "$w (real $cli): on PATH but HARNESS_PROBE_REAL is not 1 (needs a reachable model), skipped"
+    echo "$w (real $name): found but HARNESS_PROBE_REAL is not 1 (needs a reachable model), skipped"
     return
   fi
-  echo "$w (real $cli)"
+  echo "$w (real $name: $(command -v "$cli"))"
+  export "$bin_var=$(command -v "$cli")"
   local log="$work/real-$w.log" first=()
+  rm -f "$log" "$log.stderr"
   [ "$w" = na.sh ] && first=(--session-id "$(cat /proc/sys/kernel/random/uuid)")
-  run "$w" "$log" --timeout 300 "${first[@]}"
+  # The verdict seat must answer APPROVE/REJECT; the bracketed directives script the stand-in and are
+  # plain words to a real model.
+  printf 'Say hi. If you are a reviewer, answer APPROVE. [openai:approve]\n' > "$work/real-prompt"
+  STATUS=$("$here/$w" --prompt-file "$work/real-prompt" --cwd "$work/repo" --log "$log" --timeout 300 "${first[@]}" 2> "$work/stderr" | tail -n 1)
+  RC=${PIPESTATUS[0]}
   check "completes with exit 0" '[ "$RC" = 0 ]'
   check "status line has the contract shape" status_shape
-  check "session_id present on completion" '[ -n "$(printf "%s" "$STATUS" | jq -r ".session_id // empty")" ]'
+  sid=$(printf '%s' "$STATUS" | jq -r '.session_id // empty' 2> /dev/null)
+  check "session_id present on completion" '[ -n "$sid" ]'
   check "exit marker rc 0 appended to the log" '[ "$(last_marker_rc "$log")" = 0 ]'
+  size1=$(wc -c < "$log")
+  STATUS=$("$here/$w" --prompt-file "$work/real-prompt" --cwd "$work/repo" --log "$log" --timeout 300 --resume "$sid" 2> "$work/stderr" | tail -n 1)
+  RC=${PIPESTATUS[0]}
+  check "resumed turn completes with the same session" '[ "$RC" = 0 ] && [ "$(printf "%s" "$STATUS" | jq -r .session_id)" = "$sid" ]'
+  check "log appended with one exit marker per turn" '[ "$(wc -c < "$log")" -gt "$size1" ] && [ "$(grep -c "^{\"harness\":\"exit\"" "$log")" = 2 ]'
+  if [ "${HARNESS_PROBE_STANDIN:-0}" = 1 ]; then
+    printf 'Fail. [anthropic:error:500] [openai:error:500]\n' > "$work/real-prompt"
+    STATUS=$("$here/$w" --prompt-file "$work/real-prompt" --cwd "$work/repo" --log "$log" --timeout 300 2> "$work/stderr" | tail -n 1)
+    RC=${PIPESTATUS[0]}
+    check "model HTTP error exits 3 with ok:false" '[ "$RC" = 3 ] && [ "$(printf "%s" "$STATUS" | jq -r .ok)" = false ]'
+    printf 'Slowly. [anthropic:slow:600:100] [openai:slow:600:100]\n' > "$work/real-prompt"
+    t0=$SECONDS
+    STATUS=$("$here/$w" --prompt-file "$work/real-prompt" --cwd "$work/repo" --log "$log" --timeout 3 2> "$work/stderr" | tail -n 1)
+    RC=${PIPESTATUS[0]}
+    check "timeout exits 124 within timeout + 3 s" '[ "$RC" = 124 ] && [ $((SECONDS - t0)) -le 6 ]'
+    check "timeout leaves an exit marker rc 124" '[ "$(last_marker_rc "$log")" = 124 ]'
+  fi
+  unset "$bin_var"
 }
 
 mkdir -p "$work/repo"
@@ -103,13 +136,13 @@ for w in "${wanted[@]}"; do
     na.sh) probe na.sh HARNESS_CLAUDE_BIN fake-claude --resume
       check "--interactive is refused with exit 5" '"$here/na.sh" --prompt-file "$work/prompt" --cwd "$work/repo" --log "$work/i.log" --timeout 5 --interactive > /dev/null 2>&1; [ "$?" = 5 ]'
       unset HARNESS_CLAUDE_BIN
-      probe_real na.sh claude ;;
+      probe_real na.sh HARNESS_CLAUDE_BIN "$real_claude" claude ;;
     ca.sh) probe ca.sh HARNESS_CURSOR_BIN fake-cursor-agent --resume
       unset HARNESS_CURSOR_BIN
-      probe_real ca.sh cursor-agent ;;
+      probe_real ca.sh HARNESS_CURSOR_BIN "$real_cursor" cursor-agent ;;
     codex.sh) probe codex.sh HARNESS_CODEX_BIN fake-codex --resume
       unset HARNESS_CODEX_BIN
-      probe_real codex.sh codex ;;
+      probe_real codex.sh HARNESS_CODEX_BIN "$real_codex" codex ;;
     *) echo "probe: unknown wrapper $w" >&2; exit 2 ;;
   esac
 done

@@ -3,6 +3,9 @@
 //! forged Host headers) over loopback.
 #![allow(dead_code)]
 
+pub mod real;
+pub mod standin;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -333,9 +336,14 @@ impl Bench {
     /// Starts `harness run PLAN --supervised --foreground --kill-grace 1s [extra]` as a child (its
     /// stderr in `supervisor.log`) and waits for the run's pointer and live socket.
     pub fn start_supervised(&self, plan: &str, scenario: &str, extra: &[&str]) -> Proc {
+        self.start_supervised_with(plan, scenario, extra, &[])
+    }
+    /// `start_supervised` with extra environment (e.g. the real engines instead of the fakes).
+    pub fn start_supervised_with(&self, plan: &str, scenario: &str, extra: &[&str], env: &[(&str, String)]) -> Proc {
         let p = self.plan(plan);
-        let child = self
-            .harness(scenario)
+        let mut cmd = self.harness(scenario);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        let child = cmd
             .arg("run")
             .arg(&p)
             .args(["--supervised", "--foreground", "--kill-grace", "1s"])
