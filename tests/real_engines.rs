@@ -530,6 +530,7 @@ fn the_normalizer_maps_everything_the_real_clis_print() {
         let (l, e) = assert_all_mapped(engine, &log);
         total = (total.0 + l, total.1 + e);
     }
+    assert_eq!(outcomes[0].2.1["session_id"], sid.as_str(), "the status line reports the assigned session");
     assert_eq!(outcomes[1].2.1["session_id"], sid.as_str(), "claude resume keeps the session");
     assert_eq!(outcomes[9].2.1["session_id"], thread.as_str(), "codex resume keeps the thread");
     eprintln!(
