@@ -80,6 +80,14 @@ fn until_exit(c: &mut SseConn) -> Vec<(Option<String>, Value)> {
     }
 }
 
+/// A task's events from the durable endpoint (one page: these logs are short).
+fn durable_events(api: &ApiProc, run: &str, task: &str) -> Vec<Value> {
+    let r = api.get(&format!("/runs/{run}/tasks/{task}/events?limit=5000"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_ne!(r.header("harness-more"), Some("true"));
+    r.text().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 /// The line ordinal a seq names (`12` or `"12.3"`).
 fn line_of(seq: &Value) -> usize {
     match seq {
@@ -146,24 +154,11 @@ fn assert_run_mapped(r: &Real, slug: &str, adapters: &[(&str, &str)]) {
 /// Processes with this test's engine HOME other than harness itself: the wrappers, the real CLIs and
 /// whatever they started.
 fn engine_processes(env: &RealEnv) -> Vec<u32> {
-    let home = format!("HOME={}", env.home.display());
     let harness = bin().canonicalize().unwrap();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == harness) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        if stat[stat.rfind(')').unwrap() + 2..].starts_with('Z') {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
-        if environ.split(|&b| b == 0).any(|kv| kv == home.as_bytes()) {
-            out.push(pid);
-        }
-    }
-    out
+    processes_with_env(&format!("HOME={}", env.home.display()))
+        .into_iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).map_or(true, |exe| exe != harness))
+        .collect()
 }
 
 #[test]
@@ -221,12 +216,7 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
         assert!(ok, "event {e} does not match line {}: {line}", line_of(&e["seq"]));
     }
     // The durable endpoint serves the same events.
-    let paged: Vec<Value> = api
-        .get(&format!("/runs/{run}/tasks/A/events?limit=5000"))
-        .text()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let paged = durable_events(&api, &run, "A");
     assert_eq!(
         paged.iter().map(|e| seq_text(&e["seq"])).collect::<Vec<_>>(),
         events.iter().map(|(_, e)| seq_text(&e["seq"])).collect::<Vec<_>>()
@@ -398,12 +388,7 @@ fn codex_review_seat_gives_real_verdicts_refuses_steer_and_is_killable() {
     let thread = rlog[0]["thread_id"].as_str().unwrap();
     assert_eq!(view["tasks"]["R"]["session_id"], thread);
     assert_eq!(view["tasks"]["R"]["rc"], 143);
-    let events: Vec<Value> = api
-        .get(&format!("/runs/{run}/tasks/R/events"))
-        .text()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = durable_events(&api, &run, "R");
     assert_eq!(events[0]["type"], "turn_start");
     assert_eq!(events[0]["session"], thread);
     assert_eq!(events.last().unwrap()["type"], "exit");

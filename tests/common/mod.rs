@@ -262,7 +262,12 @@ pub fn kill_all_with_home(home: &Path) {
 
 /// Live processes whose environment names this `HARNESS_HOME`.
 pub fn processes_with_home(home: &Path) -> Vec<u32> {
-    let needle = format!("HARNESS_HOME={}", home.display());
+    processes_with_env(&format!("HARNESS_HOME={}", home.display()))
+}
+
+/// Live (not zombie) processes other than this one whose environment has the entry `needle`
+/// (`NAME=value`).
+pub fn processes_with_env(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
