@@ -64,7 +64,12 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let run_id = wait_for(Duration::from_secs(20), || b.try_run_id()).expect("registered");
     loop {
-        assert!(Instant::now() < deadline, "seed {seed}: the run did not finish; {:#}", b.view()["tasks"]);
+        if Instant::now() >= deadline {
+            // Keep the journal for the post-mortem (the temp dir goes with the Bench).
+            let kept = std::env::temp_dir().join(format!("harness-chaos-{seed}.jsonl"));
+            let _ = std::fs::copy(b.repo().join("runstate/chaos.jsonl"), &kept);
+            panic!("seed {seed}: the run did not finish (journal kept in {}); {:#}", kept.display(), b.view()["tasks"]);
+        }
         std::thread::sleep(Duration::from_millis(150 + rng.below(600)));
         let view = b.view();
         if view["status"] == "finished" {

@@ -86,13 +86,17 @@ pub fn groups_mentioning(needle: &str) -> Vec<i32> {
 /// subreaper (children spawned through tokio are tracked and left alone).
 pub fn sweep_orphans() {
     let me = std::process::id() as i32;
+    // SAFETY: getpgrp has no preconditions.
+    let own_group = unsafe { libc::getpgrp() };
     let Ok(rd) = std::fs::read_dir("/proc") else { return };
     for e in rd.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Some((state, ppid, pgrp)) = stat_fields(pid) else { continue };
-        // Only orphans: re-parented to us but not in a group we started ourselves (those are
-        // tokio children that tokio reaps) — an orphan leads its own session or group.
-        if ppid != me || pgrp == me {
+        // Only orphans: re-parented to us, in a group other than ours. Our own direct children
+        // started without a group of their own (git in the commit step) share our group — which is
+        // not our pid when the supervisor does not lead its group (started by a test harness or
+        // another process manager): killing them mid-commit left stale git lock files.
+        if ppid != me || pgrp == own_group {
             continue;
         }
         if is_tracked_child(pid) {
@@ -130,5 +134,23 @@ pub fn become_subreaper() {
     // SAFETY: prctl with a constant option and flag.
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child started without a group of its own (as git is in the commit step) is ours, not an
+    /// orphan, whether or not this process leads its group (a test binary usually does not).
+    #[test]
+    fn the_sweep_spares_our_own_children_in_our_group() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        sweep_orphans();
+        std::thread::sleep(Duration::from_millis(50));
+        let alive = child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(alive, "sweep_orphans killed a direct child in our own process group");
     }
 }
