@@ -165,7 +165,8 @@ fn engine_processes(env: &RealEnv) -> Vec<u32> {
 fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_session() {
     let Some(r) = Real::new() else { return };
     let plan = r#"{"v":"plan/v1","slug":"tool","tasks":[
-        {"id":"A","wave":1,"adapter":"claude","prompt":"Run echo hi and report. [anthropic:tool]","gate":"true"}]}"#;
+        {"id":"A","wave":1,"adapter":"claude","prompt":"Run echo hi and report. [anthropic:tool]","gate":"true"},
+        {"id":"B","wave":2,"adapter":"claude","prompt":"Say hi."}]}"#;
     let mut sup = r.start(plan);
     let api = ApiProc::start(&r.b.home(), &[]);
     let run = r.b.run_id();
@@ -175,6 +176,12 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     assert_eq!(wait_exit(&mut sup), 0, "{}", r.b.supervisor_log());
     r.wait_state("A", "committed");
     assert_eq!(r.b.commits_of("A"), 1);
+    // Wave 2 ran after A's commit, with its own session; claude quoted A's commit to it, yet it only
+    // answered (no tool).
+    r.wait_state("B", "committed");
+    let b_log = lines(&r.log("tool", "B.log"));
+    assert!(!b_log.iter().any(|l| l["type"] == "user"), "B ran no tool");
+    assert_ne!(b_log[0]["session_id"], lines(&r.log("tool", "A.log"))[0]["session_id"]);
 
     // The kinds, in order (runs of token deltas folded).
     let mut kinds: Vec<&str> = Vec::new();
@@ -233,9 +240,13 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     assert!(events.iter().all(|(_, e)| e["session"] == assigned.as_str()));
     // The tool really ran: the CLI sent its output back to the model.
     let msgs = r.s.requests_to("/v1/messages");
-    assert_eq!(msgs.len(), 2, "one request per model turn");
+    assert_eq!(msgs.len(), 3, "A: one request per model turn; B: one");
+    assert!(
+        msgs[2].body["messages"].to_string().contains("A: Run echo hi and report. [anthropic:tool]"),
+        "B saw A's commit"
+    );
     assert!(msgs[1].body["messages"].to_string().contains(r#""content":"hi""#), "tool_result sent: {}", msgs[1].body);
-    assert_run_mapped(&r, "tool", &[("A", "claude")]);
+    assert_run_mapped(&r, "tool", &[("A", "claude"), ("B", "claude")]);
 }
 
 #[test]

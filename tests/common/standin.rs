@@ -119,8 +119,9 @@ enum Script {
 }
 
 fn directive(text: &str, family: &str) -> Option<Script> {
+    // The last one wins: the user's words come after anything quoted ahead of them.
     let open = format!("[{family}:");
-    let start = text.find(&open)? + open.len();
+    let start = text.rfind(&open)? + open.len();
     let end = start + text[start..].find(']')?;
     let parts: Vec<&str> = text[start..end].split(':').collect();
     match parts.as_slice() {
@@ -159,8 +160,16 @@ fn anthropic_script(body: &Value) -> Script {
         all_text(&result["content"], &mut out);
         return Script::ToolFollowUp(out.trim().to_string());
     }
+    // Claude Code prepends `<system-reminder>` blocks (git status, recent commit subjects — which can
+    // quote an earlier task's directive): only the user's own text scripts the answer.
     let mut text = String::new();
-    all_text(&last["content"], &mut text);
+    match last["content"].as_array() {
+        Some(blocks) => blocks
+            .iter()
+            .filter(|b| !b["text"].as_str().is_some_and(|t| t.trim_start().starts_with("<system-reminder>")))
+            .for_each(|b| all_text(b, &mut text)),
+        None => all_text(&last["content"], &mut text),
+    }
     directive(&text, "anthropic").unwrap_or(Script::Text(format!("Hi there! This request carried {n} message(s).")))
 }
 
