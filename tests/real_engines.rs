@@ -247,6 +247,13 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     );
     assert!(msgs[1].body["messages"].to_string().contains(r#""content":"hi""#), "tool_result sent: {}", msgs[1].body);
     assert_run_mapped(&r, "tool", &[("A", "claude"), ("B", "claude")]);
+    eprintln!(
+        "claude tool turn: {} events over {} log lines, kinds {kinds:?}, seqs {}..{}, session {assigned}",
+        events.len(),
+        log.len(),
+        seq_text(&events[0].1["seq"]),
+        seq_text(&events[events.len() - 1].1["seq"])
+    );
 }
 
 #[test]
@@ -304,6 +311,10 @@ fn steer_resumes_the_real_session_with_the_earlier_turns_and_reruns_the_gate() {
     // The steered turn ran its tool.
     assert!(log.iter().any(|l| l["type"] == "user" && l["tool_use_result"]["stdout"] == "hi"));
     assert_run_mapped(&r, "steer", &[("A", "claude")]);
+    eprintln!(
+        "steer: states {states:?}; gate ran 2 times; session {session} resumed; the resumed request carried {} messages",
+        convo.len()
+    );
 }
 
 #[test]
@@ -348,6 +359,14 @@ fn kill_mid_stream_leaves_no_claude_process_and_the_stream_ends_with_exit() {
     control(&r.b.sock(), &json!({"verb":"stop"}));
     wait_exit(&mut sup);
     assert_run_mapped(&r, "kill", &[("A", "claude")]);
+    eprintln!(
+        "kill: answered {} in {} ms; {} log lines, {} stream_event lines, no result line, last line {}",
+        resp.status,
+        resp.json()["elapsed_ms"],
+        log.len(),
+        log.iter().filter(|l| l["type"] == "stream_event").count(),
+        serde_json::to_string(log.last().unwrap()).unwrap()
+    );
 }
 
 #[test]
@@ -406,6 +425,15 @@ fn codex_review_seat_gives_real_verdicts_refuses_steer_and_is_killable() {
     assert_eq!(events.last().unwrap()["data"]["rc"], 143);
     assert!(!rlog.iter().any(|l| l["type"] == "turn.completed"));
     assert_run_mapped(&r, "seat", &[("A", "claude"), ("B", "claude"), ("R", "codex")]);
+    eprintln!(
+        "codex seat: A {} ({}), B {} ({}), R {} rc {} session {thread}",
+        view["tasks"]["A"]["state"],
+        view["tasks"]["A"]["detail"],
+        view["tasks"]["B"]["state"],
+        view["tasks"]["B"]["detail"],
+        view["tasks"]["R"]["state"],
+        view["tasks"]["R"]["rc"]
+    );
 }
 
 #[test]
