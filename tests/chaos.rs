@@ -126,7 +126,7 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
             _ => {}
         }
     }
-    assert_eq!(wait_exit_code(&mut sup), 0, "seed {seed}: supervisor exit");
+    assert_eq!(sup.wait_exit(Duration::from_secs(30)), 0, "seed {seed}: supervisor exit");
     let halts: Vec<String> = b
         .journal()
         .iter()
@@ -136,17 +136,6 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
     eprintln!("  halts: {halts:?}");
     check_invariants(&b, &run_id, &api, seed);
     done
-}
-
-fn wait_exit_code(p: &mut Proc) -> i32 {
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(st) = p.child.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        assert!(Instant::now() < end, "supervisor did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn check_invariants(b: &Bench, run_id: &str, api: &ApiProc, seed: u64) {
@@ -165,7 +154,7 @@ fn check_invariants(b: &Bench, run_id: &str, api: &ApiProc, seed: u64) {
     // Every queued steer applied exactly once.
     let mut queued: HashMap<String, u32> = HashMap::new();
     let mut applied: HashMap<String, u32> = HashMap::new();
-    for r in b.journal().iter().filter(|r| r["kind"] == "control" && r["verb"] == "steer") {
+    for r in &b.controls("steer") {
         let id = r["id"].as_str().unwrap().to_string();
         match r["outcome"].as_str() {
             Some("queued") => *queued.entry(id).or_default() += 1,

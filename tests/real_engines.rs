@@ -43,11 +43,6 @@ impl Real {
     fn post(&self, api: &ApiProc, path: &str, body: &Value) -> Resp {
         http(api.port, "POST", path, &[("Content-Type", "application/json")], Some(body.to_string().as_bytes()))
     }
-    fn wait_state(&self, task: &str, state: &str) {
-        wait_for(T, || (self.b.state(task).as_deref() == Some(state)).then_some(())).unwrap_or_else(|| {
-            panic!("{task} never reached {state}: {:#}\n{}", self.b.view()["tasks"], self.b.supervisor_log())
-        });
-    }
     fn task_records(&self, task: &str) -> Vec<Value> {
         self.b.journal().into_iter().filter(|r| r["kind"] == "task" && r["task"] == task).collect()
     }
@@ -59,11 +54,6 @@ fn lines(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {l}", path.display())))
         .collect()
-}
-
-fn wait_exit(p: &mut Proc) -> i32 {
-    wait_for(T, || p.child.try_wait().unwrap().map(|s| s.code().unwrap_or(-1)))
-        .expect("the supervisor did not exit when its run ended")
 }
 
 /// Events of an SSE stream until (and with) the `exit` event.
@@ -119,14 +109,7 @@ fn normalized(adapter: &str, log: &Path) -> Vec<Value> {
 /// `unmapped`, broken-shape or non-JSON error). Returns how many lines and events were checked.
 fn assert_all_mapped(adapter: &str, log: &Path) -> (usize, usize) {
     let events = normalized(adapter, log);
-    let bad: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["type"] == "error")
-        .filter(|e| {
-            let reason = e["data"]["reason"].as_str().unwrap_or("");
-            reason.starts_with("unmapped") || reason.contains("broken shape") || reason.starts_with("not ")
-        })
-        .collect();
+    let bad: Vec<&Value> = events.iter().filter(|e| e["type"] == "error" && unmappable(e)).collect();
     assert!(bad.is_empty(), "{}: the normalizer could not map {} line(s): {bad:#?}", log.display(), bad.len());
     (std::fs::read_to_string(log).unwrap().lines().count(), events.len())
 }
@@ -173,12 +156,12 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     let mut c = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/stream"), &[]);
     assert_eq!(c.status, 200);
     let events = until_exit(&mut c);
-    assert_eq!(wait_exit(&mut sup), 0, "{}", r.b.supervisor_log());
-    r.wait_state("A", "committed");
+    assert_eq!(sup.wait_exit(T), 0, "{}", r.b.supervisor_log());
+    r.b.wait_state("A", "committed", T);
     assert_eq!(r.b.commits_of("A"), 1);
     // Wave 2 ran after A's commit, with its own session; claude quoted A's commit to it, yet it only
     // answered (no tool).
-    r.wait_state("B", "committed");
+    r.b.wait_state("B", "committed", T);
     let b_log = lines(&r.log("tool", "B.log"));
     assert!(!b_log.iter().any(|l| l["type"] == "user"), "B ran no tool");
     assert_ne!(b_log[0]["session_id"], lines(&r.log("tool", "A.log"))[0]["session_id"]);
@@ -272,16 +255,15 @@ fn steer_resumes_the_real_session_with_the_earlier_turns_and_reruns_the_gate() {
     let steer = "Also run a command. steer-marker [anthropic:tool]";
     let resp = r.post(&api, &format!("/runs/{run}/tasks/A/steer"), &json!({"msg": steer, "by": "tester"}));
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(wait_exit(&mut sup), 0, "{}", r.b.supervisor_log());
-    r.wait_state("A", "committed");
+    assert_eq!(sup.wait_exit(T), 0, "{}", r.b.supervisor_log());
+    r.b.wait_state("A", "committed", T);
 
     // The gate ran once per turn; the steer was queued, then applied.
     assert_eq!(std::fs::read_to_string(&gates).unwrap().lines().count(), 2, "the gate re-ran after the steered turn");
     let states: Vec<String> = r.task_records("A").iter().map(|r| r["state"].as_str().unwrap().to_string()).collect();
     assert_eq!(states.iter().filter(|s| *s == "gated").count(), 2, "{states:?}");
     assert_eq!(states.last().unwrap(), "committed");
-    let steers: Vec<Value> =
-        r.b.journal().into_iter().filter(|r| r["kind"] == "control" && r["verb"] == "steer").collect();
+    let steers = r.b.controls("steer");
     assert_eq!(steers.iter().map(|s| s["outcome"].as_str().unwrap()).collect::<Vec<_>>(), ["queued", "applied"]);
 
     // The real CLI was resumed with the same session: both turns' lines carry it.
@@ -357,7 +339,7 @@ fn kill_mid_stream_leaves_no_claude_process_and_the_stream_ends_with_exit() {
     assert_eq!(a["detail"], "killed by tester");
     // A halted task keeps the run open for a steer; stop the supervisor.
     control(&r.b.sock(), &json!({"verb":"stop"}));
-    wait_exit(&mut sup);
+    sup.wait_exit(T);
     assert_run_mapped(&r, "kill", &[("A", "claude")]);
     eprintln!(
         "kill: answered {} in {} ms; {} log lines, {} stream_event lines, no result line, last line {}",
@@ -394,10 +376,10 @@ fn codex_review_seat_gives_real_verdicts_refuses_steer_and_is_killable() {
         harness::supervisor::kill::group_members(pgid)
     );
 
-    r.wait_state("A", "committed");
-    r.wait_state("B", "halted");
+    r.b.wait_state("A", "committed", T);
+    r.b.wait_state("B", "halted", T);
     control(&r.b.sock(), &json!({"verb":"stop"}));
-    wait_exit(&mut sup);
+    sup.wait_exit(T);
     let view = r.b.view();
     // The verdicts come from the real agent_message of the review seat.
     assert_eq!(view["tasks"]["B"]["detail"], "review rejected: REJECT: the change is missing a test");

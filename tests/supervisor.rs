@@ -10,43 +10,14 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Starts `harness run PLAN --supervised --foreground` as a child and waits for its socket.
-fn start_supervised(b: &Bench, plan: &str, scenario: &str, extra: &[&str]) -> Proc {
-    b.start_supervised(plan, scenario, extra)
-}
-
-fn supervisor_log(b: &Bench) -> String {
-    b.supervisor_log()
-}
-
-fn wait_state(b: &Bench, task: &str, state: &str) {
-    wait_for(T, || (b.state(task).as_deref() == Some(state)).then_some(()))
-        .unwrap_or_else(|| panic!("{task} never reached {state}: {:#}\n{}", b.view()["tasks"], supervisor_log(b)));
-}
-
 /// Waits until the fake engines have been invoked `n` times (the turn is really running).
 fn wait_engine(b: &Bench, n: usize) {
     wait_for(T, || (b.records().len() >= n).then_some(())).unwrap_or_else(|| panic!("engine call {n} never came"));
     std::thread::sleep(Duration::from_millis(100));
 }
 
-fn wait_exit(p: &mut Proc) -> i32 {
-    let end = std::time::Instant::now() + T;
-    loop {
-        if let Some(st) = p.child.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        assert!(std::time::Instant::now() < end, "process did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn plan_one(adapter: &str) -> String {
     format!(r#"{{"v":"plan/v1","slug":"one","tasks":[{{"id":"A","wave":1,"adapter":"{adapter}","prompt":"do A"}}]}}"#)
-}
-
-fn controls(b: &Bench, verb: &str) -> Vec<Value> {
-    b.journal().into_iter().filter(|r| r["kind"] == "control" && r["verb"] == verb).collect()
 }
 
 #[test]
@@ -143,7 +114,7 @@ fn review_reject_halts_and_approve_reviews() {
 #[test]
 fn kill_journals_a_halt_and_leaves_no_process_in_the_group() {
     let b = Bench::new();
-    let mut sup = start_supervised(&b, &plan_one("claude"), "hang", &[]);
+    let mut sup = b.start_supervised(&plan_one("claude"), "hang", &[]);
     wait_engine(&b, 1);
     let pgid = control(&b.sock(), &json!({"verb":"status"}))["tasks"]["A"]["pgid"].as_i64().unwrap() as i32;
     assert!(harness::supervisor::kill::group_alive(pgid));
@@ -156,7 +127,7 @@ fn kill_journals_a_halt_and_leaves_no_process_in_the_group() {
         "processes left: {:?}",
         harness::supervisor::kill::group_members(pgid)
     );
-    let k = controls(&b, "kill");
+    let k = b.controls("kill");
     assert_eq!(k.len(), 1);
     assert_eq!(k[0]["outcome"], "accepted");
     assert_eq!(k[0]["by"], "test");
@@ -181,9 +152,9 @@ fn kill_journals_a_halt_and_leaves_no_process_in_the_group() {
     assert_eq!(r["ok"], true);
     assert_eq!(r["noop"], true);
     assert_eq!(r["state"], "halted");
-    assert_eq!(controls(&b, "kill")[1]["outcome"], "noop");
+    assert_eq!(b.controls("kill")[1]["outcome"], "noop");
     control(&b.sock(), &json!({"verb":"stop"}));
-    wait_exit(&mut sup);
+    sup.wait_exit(T);
 }
 
 #[test]
@@ -192,20 +163,20 @@ fn steer_resumes_the_same_session_with_the_message_and_reruns_the_gate() {
     let plan = r#"{"v":"plan/v1","slug":"steer","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A","gate":"true"},
                   {"id":"Z","wave":2,"adapter":"claude","prompt":"later"}]}"#;
     // First turn hangs; kill-then-steer redirects it; the resumed turn succeeds.
-    let mut sup = start_supervised(&b, plan, "hang,success", &[]);
+    let mut sup = b.start_supervised(plan, "hang,success", &[]);
     wait_engine(&b, 1);
     let session = b.view()["tasks"]["A"]["session_id"].as_str().unwrap().to_string();
     control(&b.sock(), &json!({"verb":"kill","task":"A"}));
     let r = control(&b.sock(), &json!({"verb":"steer","task":"A","msg":"use the v2 API instead","by":"test"}));
     assert_eq!(r["ok"], true, "{r}");
-    wait_state(&b, "Z", "committed");
+    b.wait_state("Z", "committed", T);
     let recs = b.records();
     let argv: Vec<&str> = recs[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     let i = argv.iter().position(|a| *a == "--resume").expect("resumed");
     assert_eq!(argv[i + 1], session, "same session id");
     assert_eq!(argv[argv.iter().position(|a| *a == "-p").unwrap() + 1], "use the v2 API instead");
     // The steer was queued, then applied; the re-dispatch went back to leased and re-ran the gate.
-    let steers = controls(&b, "steer");
+    let steers = b.controls("steer");
     assert_eq!(steers.iter().map(|s| s["outcome"].as_str().unwrap()).collect::<Vec<_>>(), vec!["queued", "applied"]);
     assert_eq!(steers[0]["id"], steers[1]["id"]);
     let states: Vec<String> = b
@@ -216,7 +187,7 @@ fn steer_resumes_the_same_session_with_the_message_and_reruns_the_gate() {
         .collect();
     assert_eq!(states, vec!["leased", "halted", "leased", "implemented", "gated", "committed"]);
     assert_eq!(b.commits_of("A"), 1);
-    wait_exit(&mut sup);
+    sup.wait_exit(T);
     assert_eq!(b.view()["status"], "finished");
 }
 
@@ -225,18 +196,18 @@ fn steer_on_committed_is_409_and_the_codex_seat_refuses_steer_but_accepts_kill()
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"mix","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A"},
                   {"id":"R","wave":2,"adapter":"codex","prompt":"review"}]}"#;
-    let mut sup = start_supervised(&b, plan, "success,hang", &[]);
-    wait_state(&b, "A", "committed");
+    let mut sup = b.start_supervised(plan, "success,hang", &[]);
+    b.wait_state("A", "committed", T);
     wait_engine(&b, 2);
     let r = control(&b.sock(), &json!({"verb":"steer","task":"A","msg":"more"}));
     assert_eq!(r["status"], 409);
     assert_eq!(r["detail"], "task already committed");
-    wait_state(&b, "R", "leased");
+    b.wait_state("R", "leased", T);
     let r = control(&b.sock(), &json!({"verb":"steer","task":"R","msg":"approve it"}));
     assert_eq!(r["status"], 409, "{r}");
     assert!(r["detail"].as_str().unwrap().contains("verdict seat"));
     // Refusals are journaled too.
-    assert!(controls(&b, "steer").iter().all(|s| s["outcome"] == "refused"));
+    assert!(b.controls("steer").iter().all(|s| s["outcome"] == "refused"));
     let r = control(&b.sock(), &json!({"verb":"kill","task":"R"}));
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["state"], "halted");
@@ -245,7 +216,7 @@ fn steer_on_committed_is_409_and_the_codex_seat_refuses_steer_but_accepts_kill()
     assert_eq!(control(&b.sock(), &json!({"verb":"explode"}))["status"], 400);
     assert_eq!(control(&b.sock(), &json!({"verb":"steer","task":"../x","msg":"m"}))["status"], 400);
     control(&b.sock(), &json!({"verb":"stop"}));
-    wait_exit(&mut sup);
+    sup.wait_exit(T);
 }
 
 #[test]
@@ -253,12 +224,12 @@ fn pause_holds_the_next_task_until_resume() {
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"pause","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A"},
                   {"id":"B","wave":2,"adapter":"claude","prompt":"do B"}]}"#;
-    let mut sup = start_supervised(&b, plan, "slow,success", &[]);
-    wait_state(&b, "A", "leased");
+    let mut sup = b.start_supervised(plan, "slow,success", &[]);
+    b.wait_state("A", "leased", T);
     let r = control(&b.sock(), &json!({"verb":"pause","by":"test"}));
     assert_eq!(r["ok"], true);
     assert!(r["detail"].as_str().unwrap().contains("cannot be frozen"), "{r}");
-    wait_state(&b, "A", "committed");
+    b.wait_state("A", "committed", T);
     std::thread::sleep(Duration::from_millis(800));
     assert!(b.view()["tasks"]["B"].is_null(), "B dispatched while paused");
     assert_eq!(b.view()["status"], "paused");
@@ -267,8 +238,8 @@ fn pause_holds_the_next_task_until_resume() {
     assert_eq!(live["paused"], true);
     assert_eq!(control(&b.sock(), &json!({"verb":"pause"}))["detail"], "already paused");
     control(&b.sock(), &json!({"verb":"resume","by":"test"}));
-    wait_state(&b, "B", "committed");
-    wait_exit(&mut sup);
+    b.wait_state("B", "committed", T);
+    sup.wait_exit(T);
     let runs: Vec<String> =
         b.journal().iter().filter(|r| r["kind"] == "run").map(|r| r["event"].as_str().unwrap().to_string()).collect();
     assert_eq!(runs, vec!["started", "paused", "resumed", "finished"]);
@@ -277,30 +248,30 @@ fn pause_holds_the_next_task_until_resume() {
 #[test]
 fn several_queued_steers_are_applied_in_order_in_one_resumed_turn() {
     let b = Bench::new();
-    let mut sup = start_supervised(&b, &plan_one("claude"), "slow,success", &[]);
+    let mut sup = b.start_supervised(&plan_one("claude"), "slow,success", &[]);
     wait_engine(&b, 1);
     for m in ["first", "second", "third"] {
         assert_eq!(control(&b.sock(), &json!({"verb":"steer","task":"A","msg":m}))["ok"], true);
     }
-    wait_state(&b, "A", "committed");
-    wait_exit(&mut sup);
+    b.wait_state("A", "committed", T);
+    sup.wait_exit(T);
     let recs = b.records();
     assert_eq!(recs.len(), 2, "one original turn, one resumed turn");
     let argv: Vec<&str> = recs[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert_eq!(argv[argv.iter().position(|a| *a == "-p").unwrap() + 1], "first\n\nsecond\n\nthird");
-    let applied: Vec<Value> = controls(&b, "steer").into_iter().filter(|s| s["outcome"] == "applied").collect();
+    let applied: Vec<Value> = b.controls("steer").into_iter().filter(|s| s["outcome"] == "applied").collect();
     assert_eq!(applied.len(), 3);
 }
 
 #[test]
 fn interrupting_steer_kills_the_turn_then_resumes() {
     let b = Bench::new();
-    let mut sup = start_supervised(&b, &plan_one("claude"), "hang,success", &[]);
+    let mut sup = b.start_supervised(&plan_one("claude"), "hang,success", &[]);
     wait_engine(&b, 1);
     let r = control(&b.sock(), &json!({"verb":"steer","task":"A","msg":"stop and do X","interrupt":true}));
     assert!(r["detail"].as_str().unwrap().contains("interrupting"), "{r}");
-    wait_state(&b, "A", "committed");
-    wait_exit(&mut sup);
+    b.wait_state("A", "committed", T);
+    sup.wait_exit(T);
     let halted = b.journal().into_iter().find(|r| r["state"] == "halted").unwrap();
     assert!(halted["detail"].as_str().unwrap().contains("(interrupt)"), "{halted}");
 }
@@ -312,8 +283,8 @@ fn supervisor_sigkill_mid_wave_then_restart_commits_every_task_exactly_once() {
         {"id":"A1","wave":1,"adapter":"claude","prompt":"a1"},{"id":"A2","wave":1,"adapter":"claude","prompt":"a2"},
         {"id":"B1","wave":2,"adapter":"claude","prompt":"b1"},{"id":"B2","wave":2,"adapter":"claude","prompt":"b2"},
         {"id":"C1","wave":3,"adapter":"claude","prompt":"c1"}]}"#;
-    let mut sup = start_supervised(&b, plan, "success,success,slow", &[]);
-    wait_state(&b, "B1", "leased");
+    let mut sup = b.start_supervised(plan, "success,success,slow", &[]);
+    b.wait_state("B1", "leased", T);
     // A queued steer must survive the crash.
     let r = control(&b.sock(), &json!({"verb":"steer","task":"B1","msg":"remember the steer"}));
     assert_eq!(r["ok"], true);
@@ -328,12 +299,12 @@ fn supervisor_sigkill_mid_wave_then_restart_commits_every_task_exactly_once() {
         .spawn()
         .unwrap();
     let mut sup2 = Proc { child };
-    assert_eq!(wait_exit(&mut sup2), 0, "{}", std::fs::read_to_string(b.dir.path().join("supervisor2.log")).unwrap());
+    assert_eq!(sup2.wait_exit(T), 0, "{}", std::fs::read_to_string(b.dir.path().join("supervisor2.log")).unwrap());
     assert_eq!(b.view()["status"], "finished");
     for t in ["A1", "A2", "B1", "B2", "C1"] {
         assert_eq!(b.commits_of(t), 1, "task {t} committed {} times", b.commits_of(t));
     }
-    let steers = controls(&b, "steer");
+    let steers = b.controls("steer");
     assert!(steers.iter().any(|s| s["outcome"] == "applied"), "queued steer not applied: {steers:?}");
     assert!(b.view()["pending_steers"].as_array().unwrap().is_empty());
     let recs = b.records();
@@ -370,7 +341,7 @@ fn commit_without_its_record_gets_the_record_not_a_second_commit() {
 #[test]
 fn second_supervisor_is_refused_and_stale_socket_is_replaced() {
     let b = Bench::new();
-    let mut sup = start_supervised(&b, &plan_one("claude"), "hang", &[]);
+    let mut sup = b.start_supervised(&plan_one("claude"), "hang", &[]);
     let out = b.harness("hang").args(["supervise", &b.run_id()]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -391,7 +362,7 @@ fn second_supervisor_is_refused_and_stale_socket_is_replaced() {
         .spawn()
         .unwrap();
     let mut sup2 = Proc { child };
-    assert_eq!(wait_exit(&mut sup2), 0);
+    assert_eq!(sup2.wait_exit(T), 0);
     assert_eq!(b.view()["status"], "finished");
 }
 
@@ -419,7 +390,7 @@ fn a_socket_peer_with_another_uid_is_refused() {
         return;
     }
     let b = Bench::new();
-    let mut sup = start_supervised(&b, &plan_one("claude"), "hang", &[]);
+    let mut sup = b.start_supervised(&plan_one("claude"), "hang", &[]);
     // Open the path to everyone so the other uid reaches the peer-credential check.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(b.home().join("sock"), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -448,9 +419,9 @@ fn a_socket_peer_with_another_uid_is_refused() {
         "{answer} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(controls(&b, "stop").is_empty(), "the foreign stop must not be acted on");
+    assert!(b.controls("stop").is_empty(), "the foreign stop must not be acted on");
     control(&sock, &json!({"verb":"stop"}));
-    wait_exit(&mut sup);
+    sup.wait_exit(T);
 }
 
 #[test]

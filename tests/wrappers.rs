@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use harness::supervisor::kill::group_members;
 use serde_json::Value;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -188,20 +189,6 @@ fn timeout_is_124_within_timeout_plus_2s() {
 }
 
 /// Pids whose process group is `pgid`.
-fn group_members(pgid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let fields: Vec<&str> = rest.split(' ').collect();
-        if fields[0] != "Z" && fields[2].parse::<i32>() == Ok(pgid) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 #[test]
 fn sigterm_to_the_process_group_leaves_no_engine_alive() {
     for w in &WRAPPERS {

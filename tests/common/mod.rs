@@ -65,6 +65,14 @@ pub struct Proc {
     pub child: Child,
 }
 
+impl Proc {
+    /// Waits up to `timeout` for the process to exit; its exit code (-1 when killed by a signal).
+    pub fn wait_exit(&mut self, timeout: Duration) -> i32 {
+        wait_for(timeout, || self.child.try_wait().unwrap().map(|s| s.code().unwrap_or(-1)))
+            .unwrap_or_else(|| panic!("process {} did not exit within {timeout:?}", self.child.id()))
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -274,9 +282,9 @@ pub fn processes_with_env(needle: &str) -> Vec<u32> {
         if pid == std::process::id() {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        if stat[stat.rfind(')').unwrap() + 2..].starts_with('Z') {
-            continue;
+        match harness::supervisor::kill::stat_fields(pid as i32) {
+            Some((state, _, _)) if state != 'Z' => {}
+            _ => continue,
         }
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
         if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
@@ -284,6 +292,13 @@ pub fn processes_with_env(needle: &str) -> Vec<u32> {
         }
     }
     out
+}
+
+/// An events/v1 event saying the normalizer could not map its line (an unmapped kind, a broken shape,
+/// not JSON / not UTF-8): what a real capture must never yield.
+pub fn unmappable(event: &serde_json::Value) -> bool {
+    let reason = event["data"]["reason"].as_str().unwrap_or("");
+    reason.starts_with("unmapped") || reason.contains("broken shape") || reason.starts_with("not ")
 }
 
 /// One request on a supervisor's control socket.
@@ -411,6 +426,16 @@ impl Bench {
     }
     pub fn state(&self, task: &str) -> Option<String> {
         self.view()["tasks"][task]["state"].as_str().map(str::to_string)
+    }
+    /// Waits up to `timeout` until `task`'s journaled state is `state`.
+    pub fn wait_state(&self, task: &str, state: &str, timeout: Duration) {
+        wait_for(timeout, || (self.state(task).as_deref() == Some(state)).then_some(())).unwrap_or_else(|| {
+            panic!("{task} never reached {state}: {:#}\n{}", self.view()["tasks"], self.supervisor_log())
+        });
+    }
+    /// The journal's control records of one verb, in order.
+    pub fn controls(&self, verb: &str) -> Vec<serde_json::Value> {
+        self.journal().into_iter().filter(|r| r["kind"] == "control" && r["verb"] == verb).collect()
     }
     /// Commits in the repo carrying this run's and task's trailers.
     pub fn commits_of(&self, task: &str) -> usize {
