@@ -5,7 +5,7 @@
 //! kill is refused: a DynWF run is observe + queue-steer only.
 
 use crate::ids::TaskId;
-use crate::journal::{self, ControlRecord, Journal, Outcome, Record, RunEvent, TaskState, Verb};
+use crate::journal::{self, ControlRecord, Journal, Outcome, Record, RunEvent, Verb};
 use crate::plan::Plan;
 use crate::registry::{Plane, Pointer};
 use serde::{Deserialize, Serialize};
@@ -72,31 +72,16 @@ pub fn append(
         Verb::Stop => return Err(err(409, "stop is refused for a DynWF run: end it from its Workflow")),
         Verb::Steer => {
             let task = task.as_ref().ok_or_else(|| err(400, "steer needs a task"))?;
-            let m = msg.as_deref().unwrap_or("");
-            if m.trim().is_empty() {
-                return Err(err(400, "steer needs a non-empty msg"));
-            }
-            if m.len() > 64 * 1024 {
-                return Err(err(400, "steer msg is longer than 64 KiB"));
-            }
+            journal::check_steer_msg(msg.as_deref().unwrap_or("")).map_err(|e| err(400, e))?;
             let plan = Plan::load(&p.plan_path()).map_err(|e| err(500, e.to_string()))?;
             let t = plan.task(task).ok_or_else(|| err(404, format!("run {} has no task {task}", p.run_id)))?;
             if t.adapter.is_verdict_seat() {
-                return Err(err(
-                    409,
-                    format!("task {task} is the codex verdict seat: steering a review verdict is refused"),
-                ));
+                return Err(err(409, journal::SteerRefusal::VerdictSeat.detail(task)));
             }
             let view = journal::replay(&p.journal_path()).map_err(|e| err(500, e.to_string()))?;
-            match view.state_of(task) {
-                Some(TaskState::Committed) => return Err(err(409, "task already committed")),
-                None => {
-                    return Err(err(
-                        409,
-                        format!("task {task} has not started yet: a steer continues a dispatched turn"),
-                    ));
-                }
-                _ => {}
+            // The DynWF agent knows its sessions: no session check here.
+            if let Some(r) = journal::SteerRefusal::check(false, view.tasks.get(task), false) {
+                return Err(err(409, r.detail(task)));
             }
         }
         Verb::Pause | Verb::Resume => {}
@@ -109,7 +94,7 @@ pub fn append(
         task,
         msg,
         interrupt: interrupt.then_some(true),
-        by: by.chars().take(64).collect(),
+        by: journal::clip_by(by),
     };
     let mut f = std::fs::OpenOptions::new()
         .create(true)

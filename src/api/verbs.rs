@@ -90,7 +90,7 @@ pub async fn verb(
     let body = json_body(req, allowed).await?;
     let by = field_str(&body, "by")?.unwrap_or_else(|| "api".into());
     // Characters, as JSON Schema's maxLength counts them (not bytes).
-    if by.is_empty() || by.chars().count() > 64 {
+    if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
         return Err(error_response(StatusCode::BAD_REQUEST, "field by must be 1 to 64 characters"));
     }
     let (msg, interrupt) = if verb == Verb::Steer {

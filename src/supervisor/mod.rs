@@ -467,13 +467,8 @@ impl Scheduler {
             }
             let Some(task) = plan.task(&task_id) else { continue };
             let t = view.tasks.get(&task_id);
-            let state = t.map(|t| t.state);
-            let refusal = match (state, t.and_then(|t| t.session_id.clone())) {
-                (Some(TaskState::Committed), _) => Some("task already committed".to_string()),
-                (None, _) => Some("task has not started".to_string()),
-                (_, None) => Some("no session to resume".to_string()),
-                _ => None,
-            };
+            // The seat was refused when the steer was queued; the rest may have changed since.
+            let refusal = journal::SteerRefusal::check(false, t, true).map(|r| r.detail(&task_id));
             let ids: Vec<String> = steers.iter().map(|s| s.id.clone()).collect();
             let outcome = if refusal.is_some() { Outcome::Refused } else { Outcome::Applied };
             for s in &steers {
@@ -598,7 +593,7 @@ impl Scheduler {
     async fn handle(&mut self, env: Envelope) {
         let Envelope { req, reply } = env;
         let by = req.by.clone().filter(|b| !b.is_empty()).unwrap_or_else(|| "socket".into());
-        let by: String = by.chars().take(64).collect();
+        let by = journal::clip_by(&by);
         tracing::info!(RUN_ID = %self.ctx.run_id, VERB = %req.verb, TASK = ?req.task, by = %by, "control verb");
         self.idle_since = None;
         let answer = match req.verb.as_str() {
@@ -773,12 +768,7 @@ impl Scheduler {
     fn steer(&mut self, req: &Request, by: &str) -> Result<Response, Response> {
         let task = self.task_of(req)?;
         let msg = req.msg.clone().unwrap_or_default();
-        if msg.trim().is_empty() {
-            return Err(refuse(400, "steer needs a non-empty msg"));
-        }
-        if msg.len() > 64 * 1024 {
-            return Err(refuse(400, "steer msg is longer than 64 KiB"));
-        }
+        journal::check_steer_msg(&msg).map_err(|e| refuse(400, e))?;
         let interrupt = req.interrupt.unwrap_or(false);
         let running = self.running(&task.id);
         let id = uuid::Uuid::new_v4().to_string();
@@ -797,28 +787,13 @@ impl Scheduler {
         let seat = task.adapter.is_verdict_seat();
         let mut why: Option<(u16, String)> = None;
         let appended = self.ctx.journal.append_checked(&queued.into(), |v| {
-            let t = v.tasks.get(&task.id);
-            why = if seat {
-                Some((
-                    409,
-                    format!(
-                        "task {} is the codex verdict seat: steering a review verdict is refused (kill is allowed)",
-                        task.id
-                    ),
-                ))
-            } else {
-                match t.map(|t| t.state) {
-                    Some(TaskState::Committed) => Some((409, "task already committed".into())),
-                    None => Some((
-                        409,
-                        format!("task {} has not started yet: a steer continues a dispatched turn", task.id),
-                    )),
-                    _ if !running && t.and_then(|t| t.session_id.clone()).is_none() => {
-                        Some((409, format!("no session to resume for task {}", task.id)))
-                    }
-                    _ => None,
+            why = journal::SteerRefusal::check(seat, v.tasks.get(&task.id), !running).map(|r| {
+                let detail = r.detail(&task.id);
+                match r {
+                    journal::SteerRefusal::VerdictSeat => (409, format!("{detail} (kill is allowed)")),
+                    _ => (409, detail),
                 }
-            };
+            });
             match &why {
                 Some((_, d)) => Err(journal::JournalError::Invalid(d.clone())),
                 None => Ok(()),
