@@ -7,9 +7,10 @@ use harness::home::Home;
 use harness::ids::{RunId, Slug};
 use harness::journal::{Record, RunEvent, TaskState};
 use harness::registry::{self, Plane, Pointer};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
+
+mod support;
 
 const RUNS: usize = 10_000;
 const RECORDS: usize = 50;
@@ -90,24 +91,14 @@ fn main() {
     let mut warm = Vec::new();
     let mut body_len = 0;
     for round in 0..5 {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-            .args(["api", "--listen", "127.0.0.1:0"])
-            .env("HARNESS_HOME", &home.root)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+        let (port, api) = support::api(&home.root, &[]);
         let (d, n) = get(port);
         cold.push(d);
         body_len = n;
         for _ in 0..if round == 0 { 20 } else { 4 } {
             warm.push(get(port).0);
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(api);
     }
     println!(
         "GET /runs ({RUNS} runs, {:.1} MB response): cold median {:.1} ms (n={}), warm median {:.1} ms (n={}) [goal warm <= 50 ms]",

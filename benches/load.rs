@@ -5,12 +5,9 @@
 //!
 //! Run: `cargo bench --bench load`. Figures printed; nothing asserted.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 mod support;
 use std::time::{Duration, Instant};
-use support::{Kill, status_kb};
+use support::status_kb;
 
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -32,18 +29,8 @@ fn main() {
         sups.push(guard);
         runs.push((id, (0..4).map(|t| format!("T{t}")).collect()));
     }
-    let mut api = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["api", "--listen", "127.0.0.1:0"])
-        .env("HARNESS_HOME", &home)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(api.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
-    let pid = api.id();
-    let _api = Kill(api);
+    let (port, api) = support::api(&home, &[]);
+    let pid = api.0.id();
     let rss_idle = status_kb(pid, "VmRSS:");
     let cpu_start = cpu_secs(pid);
     // RSS once a second: flat after the clients are connected means no growth with events served.

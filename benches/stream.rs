@@ -10,31 +10,16 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 mod support;
 use std::time::{Duration, Instant};
-use support::{Kill, status_kb};
+use support::{Kill, api, status_kb};
 
 /// A supervised run whose task hangs (so /stream is live); returns (home, run id, log path, guard).
 fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, Kill) {
     let home = dir.join("home");
     let (run, logs, guard) = support::hanging_run(dir, &home, "bench", 1);
     (home, run, logs.join("T0.log"), guard)
-}
-
-fn api(home: &Path, extra: &[&str]) -> (u16, Kill) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["api", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .env("HARNESS_HOME", home)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    (line.trim().rsplit(':').next().unwrap().parse().unwrap(), Kill(child))
 }
 
 fn delta(i: usize) -> String {

@@ -15,6 +15,22 @@ impl Drop for Kill {
     }
 }
 
+/// `harness api` on an ephemeral loopback port over `home`: (port, the API process killed on drop).
+pub fn api(home: &Path, extra: &[&str]) -> (u16, Kill) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["api", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("HARNESS_HOME", home)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    (line.trim().rsplit(':').next().unwrap().parse().unwrap(), Kill(child))
+}
+
 /// Runs git in `dir` with a fixed identity; panics when it fails.
 pub fn git(dir: &Path, args: &[&str]) {
     let ok = Command::new("git")
