@@ -253,6 +253,24 @@ find_engine() {
   ENGINE=$(command -v "$cmd")
 }
 
+# Ends a turn whose stream closes with a stream-json `result` line (claude, cursor-agent): no such
+# line → engine failure; `"is_error":true` → engine failure, with `terminal_reason` when the line has
+# one (claude's `subtype` says "success" even on failure: is_error is the truth); else success.
+# $1 = the engine's name in the detail, $2 = the detail on success.
+judge_result_line() {
+  local name=$1 done_detail=$2 result reason
+  result=$(turn_output | grep '"type":"result"' | tail -n 1)
+  collect_files
+  if [ -z "$result" ]; then
+    finish "$EX_ENGINE" "engine failed: $name exited 0 without a result line"
+  fi
+  if printf '%s' "$result" | grep -q '"is_error":true'; then
+    reason=$(printf '%s' "$result" | sed -n 's/.*"terminal_reason":"\([^"]*\)".*/\1/p')
+    finish "$EX_ENGINE" "engine failed: $name reported an error${reason:+ ($reason)}"
+  fi
+  finish "$EX_OK" "$done_detail"
+}
+
 # Final outcome of a turn that ran: timeout / termination / engine exit code.
 # Returns 0 when the caller should go on judging the turn's own report.
 judge_exit() {

@@ -36,13 +36,4 @@ prompt=$(cat "$PROMPT_FILE")
 run_engine "$ENGINE" -p --output-format stream-json --stream-partial-output --force \
   --resume "$SESSION_ID" "${model_flags[@]}" "$prompt"
 judge_exit
-
-result=$(turn_output | grep '"type":"result"' | tail -n 1)
-collect_files
-if [ -z "$result" ]; then
-  finish "$EX_ENGINE" "engine failed: cursor-agent exited 0 without a result line"
-fi
-if printf '%s' "$result" | grep -q '"is_error":true'; then
-  finish "$EX_ENGINE" "engine failed: cursor-agent reported an error"
-fi
-finish "$EX_OK" "cursor turn completed"
+judge_result_line cursor-agent "cursor turn completed"

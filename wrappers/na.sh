@@ -52,15 +52,4 @@ prompt=$(cat "$PROMPT_FILE")
 run_engine "$ENGINE" -p "$prompt" --output-format stream-json --verbose --include-partial-messages \
   "${session_flags[@]}" "${model_flags[@]}" "${perm_flags[@]}"
 judge_exit
-
-# claude's result.subtype says "success" even on failure: is_error is the truth.
-result=$(turn_output | grep '"type":"result"' | tail -n 1)
-collect_files
-if [ -z "$result" ]; then
-  finish "$EX_ENGINE" "engine failed: claude exited 0 without a result line"
-fi
-if printf '%s' "$result" | grep -q '"is_error":true'; then
-  reason=$(printf '%s' "$result" | sed -n 's/.*"terminal_reason":"\([^"]*\)".*/\1/p')
-  finish "$EX_ENGINE" "engine failed: claude reported an error${reason:+ ($reason)}"
-fi
-finish "$EX_OK" "claude turn completed"
+judge_result_line claude "claude turn completed"
