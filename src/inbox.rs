@@ -138,15 +138,13 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
         if view.control_ids.contains(&entry.id) {
             continue; // journaled by an earlier take that crashed before moving the cursor
         }
+        let outcome = if entry.verb == Verb::Steer { Outcome::Queued } else { Outcome::Accepted };
         let rec = ControlRecord {
-            verb: entry.verb,
             task: entry.task.clone(),
             msg: entry.msg.clone(),
             interrupt: entry.interrupt,
-            by: format!("inbox:{}", entry.by),
-            outcome: if entry.verb == Verb::Steer { Outcome::Queued } else { Outcome::Accepted },
             id: Some(entry.id.clone()),
-            detail: None,
+            ..Record::control(entry.verb, &format!("inbox:{}", entry.by), outcome)
         };
         journal.append(&rec.into()).map_err(|e| err(500, format!("journal append failed: {e}")))?;
         match entry.verb {

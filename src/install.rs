@@ -39,8 +39,14 @@ fn docs_dir() -> PathBuf {
 
 /// True when a systemd user manager answers.
 pub fn user_manager_answers() -> bool {
+    systemctl_user_quiet(&["show-environment"])
+}
+
+/// `systemctl --user ARGS` with its output discarded: true when it ran and succeeded.
+pub fn systemctl_user_quiet(args: &[&str]) -> bool {
     std::process::Command::new("systemctl")
-        .args(["--user", "show-environment"])
+        .arg("--user")
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()

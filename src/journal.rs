@@ -210,6 +210,10 @@ impl Record {
     pub fn run(event: RunEvent, by: &str, detail: Option<String>) -> Record {
         Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail }))
     }
+    /// A control record with only its required fields; set the others with struct update.
+    pub fn control(verb: Verb, by: &str, outcome: Outcome) -> ControlRecord {
+        ControlRecord { verb, task: None, msg: None, interrupt: None, by: by.into(), outcome, id: None, detail: None }
+    }
     pub fn task(task: &TaskId, state: TaskState) -> TaskRecord {
         TaskRecord {
             task: task.clone(),

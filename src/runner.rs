@@ -89,12 +89,7 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
 
 /// True when a systemd user manager answers and has the supervisor template unit.
 pub fn systemd_units_available() -> bool {
-    std::process::Command::new("systemctl")
-        .args(["--user", "cat", "harness-supervisor@.service"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    crate::install::systemctl_user_quiet(&["cat", "harness-supervisor@.service"])
 }
 
 /// Variables a supervisor started by systemd needs from the caller's environment (the engines'

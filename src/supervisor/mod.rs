@@ -473,14 +473,10 @@ impl Scheduler {
             let outcome = if refusal.is_some() { Outcome::Refused } else { Outcome::Applied };
             for s in &steers {
                 let rec = ControlRecord {
-                    verb: Verb::Steer,
                     task: Some(task_id.clone()),
-                    msg: None,
-                    interrupt: None,
-                    by: "supervisor".into(),
-                    outcome,
                     id: Some(s.id.clone()),
                     detail: refusal.clone(),
+                    ..Record::control(Verb::Steer, "supervisor", outcome)
                 };
                 if let Err(e) = self.ctx.journal.append(&rec.into()) {
                     self.broken.insert(task_id.clone(), e.to_string());
@@ -649,14 +645,8 @@ impl Scheduler {
         let verb = if pause { Verb::Pause } else { Verb::Resume };
         let noop = self.paused == pause;
         self.journal_control(ControlRecord {
-            verb,
-            task: None,
-            msg: None,
-            interrupt: None,
-            by: by.into(),
-            outcome: if noop { Outcome::Noop } else { Outcome::Accepted },
-            id: None,
             detail: noop.then(|| format!("already {}", if pause { "paused" } else { "running" })),
+            ..Record::control(verb, by, if noop { Outcome::Noop } else { Outcome::Accepted })
         })?;
         if !noop {
             let event = if pause { RunEvent::Paused } else { RunEvent::Resumed };
@@ -682,16 +672,7 @@ impl Scheduler {
     }
 
     fn stop(&mut self, by: &str) -> Result<Response, Response> {
-        self.journal_control(ControlRecord {
-            verb: Verb::Stop,
-            task: None,
-            msg: None,
-            interrupt: None,
-            by: by.into(),
-            outcome: Outcome::Accepted,
-            id: None,
-            detail: None,
-        })?;
+        self.journal_control(Record::control(Verb::Stop, by, Outcome::Accepted))?;
         let reason = format!("stopped by {by}");
         self.stopping = Some(reason.clone());
         self.kill_all(&reason);
@@ -729,14 +710,9 @@ impl Scheduler {
         };
         let running = self.running(&task.id);
         let rec = ControlRecord {
-            verb: Verb::Kill,
             task: Some(task.id.clone()),
-            msg: None,
-            interrupt: None,
-            by: by.into(),
-            outcome: if running { Outcome::Accepted } else { Outcome::Noop },
-            id: None,
             detail: (!running).then(|| "task is not running".to_string()),
+            ..Record::control(Verb::Kill, by, if running { Outcome::Accepted } else { Outcome::Noop })
         };
         if let Err(r) = self.journal_control(rec) {
             return Err((r, reply));
@@ -773,14 +749,12 @@ impl Scheduler {
         let running = self.running(&task.id);
         let id = uuid::Uuid::new_v4().to_string();
         let refused = |detail: String| ControlRecord {
-            verb: Verb::Steer,
             task: Some(task.id.clone()),
             msg: Some(msg.clone()),
             interrupt: Some(interrupt),
-            by: by.into(),
-            outcome: Outcome::Refused,
             id: Some(id.clone()),
             detail: Some(detail),
+            ..Record::control(Verb::Steer, by, Outcome::Refused)
         };
         // Decided and recorded under the journal lock: no window between check and queue.
         let queued = ControlRecord { outcome: Outcome::Queued, detail: None, ..refused(String::new()) };
