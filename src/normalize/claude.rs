@@ -3,13 +3,11 @@
 //! block (a complete block: `final: true`), `result.subtype` is "success" even on failure (read
 //! `is_error`), SIGTERM leaves no `result` line, key order is not stable.
 
-use super::{Mapped, Refusal, raw_str};
+use super::{Mapped, Refusal, S, raw_str};
 use crate::events::{Channel, Data, Json};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-
-type S<'a> = Option<Cow<'a, str>>;
 
 #[derive(Deserialize)]
 pub(super) struct Line<'a> {

@@ -3,14 +3,12 @@
 //! items are `final: true`; an `error` line can be a non-fatal retry notice (only `turn.failed` or the
 //! exit status is final); a killed codex prints no terminal event.
 
-use super::{Mapped, Refusal, raw_str};
+use super::{Mapped, Refusal, S, raw_str};
 use crate::events::{Channel, Data, Json};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-
-type S<'a> = Option<Cow<'a, str>>;
 
 #[derive(Deserialize)]
 pub(super) struct Line<'a> {

@@ -6,14 +6,12 @@
 //! the message of one model call (`model_call_id`) or the closing message (neither field) — and is
 //! `final: true`.
 
-use super::{Mapped, Refusal, raw_str, ts_from_ms};
+use super::{Mapped, Refusal, S, raw_str, ts_from_ms};
 use crate::events::{Channel, Data, Json};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-
-type S<'a> = Option<Cow<'a, str>>;
 
 #[derive(Deserialize)]
 pub(super) struct Line<'a> {

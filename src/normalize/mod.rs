@@ -29,6 +29,9 @@ pub struct Context<'a> {
     pub observed_ts: &'a str,
 }
 
+/// An optional string field of a raw line, borrowed from it when it needs no unescaping.
+pub(crate) type S<'a> = Option<Cow<'a, str>>;
+
 /// What a dialect mapper extracts from one well-formed line.
 pub(crate) struct Mapped<'a> {
     /// The session id the line itself carries.
