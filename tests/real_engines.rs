@@ -48,14 +48,6 @@ impl Real {
     }
 }
 
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {l}", path.display())))
-        .collect()
-}
-
 /// Events of an SSE stream until (and with) the `exit` event.
 fn until_exit(c: &mut SseConn) -> Vec<(Option<String>, Value)> {
     let mut out = Vec::new();
@@ -162,9 +154,9 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     // Wave 2 ran after A's commit, with its own session; claude quoted A's commit to it, yet it only
     // answered (no tool).
     r.b.wait_state("B", "committed", T);
-    let b_log = lines(&r.log("tool", "B.log"));
+    let b_log = json_lines(&r.log("tool", "B.log"));
     assert!(!b_log.iter().any(|l| l["type"] == "user"), "B ran no tool");
-    assert_ne!(b_log[0]["session_id"], lines(&r.log("tool", "A.log"))[0]["session_id"]);
+    assert_ne!(b_log[0]["session_id"], json_lines(&r.log("tool", "A.log"))[0]["session_id"]);
 
     // The kinds, in order (runs of token deltas folded).
     let mut kinds: Vec<&str> = Vec::new();
@@ -182,7 +174,7 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     assert!(events.iter().any(|(_, e)| e["type"] == "token_delta" && e["data"]["final"].is_null()), "partial deltas");
 
     // Each event's seq names the line of the real log it came from.
-    let log = lines(&r.log("tool", "A.log"));
+    let log = json_lines(&r.log("tool", "A.log"));
     for (id, e) in &events {
         assert_eq!(id.as_deref(), Some(seq_text(&e["seq"]).as_str()), "SSE id is the seq");
         let line = &log[line_of(&e["seq"]) - 1];
@@ -267,7 +259,7 @@ fn steer_resumes_the_real_session_with_the_earlier_turns_and_reruns_the_gate() {
     assert_eq!(steers.iter().map(|s| s["outcome"].as_str().unwrap()).collect::<Vec<_>>(), ["queued", "applied"]);
 
     // The real CLI was resumed with the same session: both turns' lines carry it.
-    let log = lines(&r.log("steer", "A.log"));
+    let log = json_lines(&r.log("steer", "A.log"));
     let inits: Vec<&Value> = log.iter().filter(|l| l["type"] == "system" && l["subtype"] == "init").collect();
     assert_eq!(inits.len(), 2, "two turns");
     assert_eq!(inits[0]["session_id"], inits[1]["session_id"]);
@@ -328,7 +320,7 @@ fn kill_mid_stream_leaves_no_claude_process_and_the_stream_ends_with_exit() {
     let rest = until_exit(&mut c);
     let exit = &rest.last().unwrap().1;
     assert_eq!(exit["data"]["rc"], 143);
-    let log = lines(&r.log("kill", "A.log"));
+    let log = json_lines(&r.log("kill", "A.log"));
     assert!(!log.iter().any(|l| l["type"] == "result"), "a killed claude prints no result line");
     assert_eq!(log.last().unwrap()["harness"], "exit");
     assert_eq!(log.last().unwrap()["rc"], 143);
@@ -384,7 +376,7 @@ fn codex_review_seat_gives_real_verdicts_refuses_steer_and_is_killable() {
     // The verdicts come from the real agent_message of the review seat.
     assert_eq!(view["tasks"]["B"]["detail"], "review rejected: REJECT: the change is missing a test");
     for t in ["A", "B"] {
-        let review = lines(&r.log("seat", &format!("{t}.review.log")));
+        let review = json_lines(&r.log("seat", &format!("{t}.review.log")));
         let thread = review[0]["thread_id"].as_str().expect("first event is thread.started");
         assert_eq!(review[0]["type"], "thread.started");
         let msg =
@@ -395,7 +387,7 @@ fn codex_review_seat_gives_real_verdicts_refuses_steer_and_is_killable() {
     }
     assert!(r.task_records("A").iter().any(|r| r["state"] == "reviewed"));
     // R: its session is the thread_id of its first event; the stream shows the kill's exit.
-    let rlog = lines(&r.log("seat", "R.log"));
+    let rlog = json_lines(&r.log("seat", "R.log"));
     assert_eq!(rlog[0]["type"], "thread.started");
     let thread = rlog[0]["thread_id"].as_str().unwrap();
     assert_eq!(view["tasks"]["R"]["session_id"], thread);

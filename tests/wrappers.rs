@@ -74,6 +74,7 @@ impl Turn {
         (out.status.code().unwrap_or(-1), status, out)
     }
     fn markers(&self) -> Vec<Value> {
+        // The log may hold a line the engine cut short: only the marker lines are parsed.
         std::fs::read_to_string(self.log())
             .unwrap_or_default()
             .lines()
@@ -82,11 +83,7 @@ impl Turn {
             .collect()
     }
     fn records(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.record())
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        json_lines(&self.record())
     }
 }
 

@@ -294,6 +294,15 @@ pub fn processes_with_env(needle: &str) -> Vec<u32> {
     out
 }
 
+/// The JSON lines of a file (none when it does not exist); panics on a line that is not JSON.
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {l}", path.display())))
+        .collect()
+}
+
 /// An events/v1 event saying the normalizer could not map its line (an unmapped kind, a broken shape,
 /// not JSON / not UTF-8): what a real capture must never yield.
 pub fn unmappable(event: &serde_json::Value) -> bool {
@@ -384,11 +393,7 @@ impl Bench {
         std::fs::read_to_string(self.dir.path().join("supervisor.log")).unwrap_or_default()
     }
     pub fn records(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.record())
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        json_lines(&self.record())
     }
     /// The only registered run's id.
     pub fn run_id(&self) -> String {
@@ -413,11 +418,9 @@ impl Bench {
     }
     pub fn journal(&self) -> Vec<serde_json::Value> {
         let slug = self.run_id().split("--").nth(1).unwrap().to_string();
-        std::fs::read_to_string(self.repo().join(format!("runstate/{slug}.jsonl")))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        let path = self.repo().join(format!("runstate/{slug}.jsonl"));
+        assert!(path.exists(), "no journal at {}", path.display());
+        json_lines(&path)
     }
     pub fn view(&self) -> serde_json::Value {
         let (code, out, err) = cli(&self.home(), &["journal", "show", &self.run_id()]);
