@@ -91,7 +91,8 @@ fn main() {
     let mut warm = Vec::new();
     let mut body_len = 0;
     for round in 0..5 {
-        let (port, api) = support::api(&home.root, &[]);
+        let api = support::ApiProc::start(&home.root, &[]);
+        let port = api.port;
         let (d, n) = get(port);
         cold.push(d);
         body_len = n;

@@ -7,14 +7,13 @@
 //! 2. Kill: the API's kill verb on a claude task mid-stream, 10 runs: request → acknowledged, and
 //!    acknowledged → claude's process group gone (polled every 1 ms). Goal median ≤ 200 ms.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+mod support;
 
-use common::real::RealEnv;
-use common::standin::StandIn;
-use common::*;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use support::common::real::RealEnv;
+use support::common::standin::StandIn;
+use support::common::*;
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -62,7 +61,7 @@ fn main() {
     lat.sort_by(f64::total_cmp);
     println!(
         "e2e live latency (stand-in sent → SSE client received), real claude {} via na.sh + supervisor + API, {} deltas 100 ms apart:",
-        common::real::CLAUDE_VERSION,
+        support::common::real::CLAUDE_VERSION,
         lat.len()
     );
     println!(

@@ -29,8 +29,8 @@ fn main() {
         sups.push(guard);
         runs.push((id, (0..4).map(|t| format!("T{t}")).collect()));
     }
-    let (port, api) = support::api(&home, &[]);
-    let pid = api.0.id();
+    let api = support::ApiProc::start(&home, &[]);
+    let (port, pid) = (api.port, api.proc.child.id());
     let rss_idle = status_kb(pid, "VmRSS:");
     let cpu_start = cpu_secs(pid);
     // RSS once a second: flat after the clients are connected means no growth with events served.

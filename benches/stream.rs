@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 mod support;
 use std::time::{Duration, Instant};
-use support::{Kill, api, status_kb};
+use support::{ApiProc, Proc, status_kb};
 
 /// A supervised run whose task hangs (so /stream is live); returns (home, run id, log path, guard).
-fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, Kill) {
+fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, Proc) {
     let home = dir.join("home");
     let (run, logs, guard) = support::hanging_run(dir, &home, "bench", 1);
     (home, run, logs.join("T0.log"), guard)
@@ -47,7 +47,8 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
 fn latency() {
     let d = tempfile::tempdir().unwrap();
     let (home, run, log, _sup) = live_run(d.path());
-    let (port, _api) = api(&home, &[]);
+    let api = ApiProc::start(&home, &[]);
+    let port = api.port;
     let mut r = open_sse(port, &format!("/runs/{run}/tasks/T0/stream"), Some("5"));
     let (tx, rx) = std::sync::mpsc::channel::<Instant>();
     std::thread::spawn(move || {
@@ -90,8 +91,8 @@ fn fan_out() {
         body.extend_from_slice(&cap);
     }
     std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(&body).unwrap();
-    let (port, api) = api(&home, &[]);
-    let pid = api.0.id();
+    let api = ApiProc::start(&home, &[]);
+    let (port, pid) = (api.port, api.proc.child.id());
     let rss0 = status_kb(pid, "VmRSS:");
     let total_lines = std::fs::read_to_string(&log).unwrap().lines().count() + 200;
     let last = total_lines.to_string();
@@ -166,7 +167,8 @@ fn resume() {
     std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(&body).unwrap();
     let lines = std::fs::read(&log).unwrap().iter().filter(|&&b| b == b'\n').count();
     let last = lines.to_string();
-    let (port, _api) = api(&home, &[]);
+    let api = ApiProc::start(&home, &[]);
+    let port = api.port;
     let mut times = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::git;
+use support::git_repo;
 
 fn control(sock: &Path, req: &str) -> serde_json::Value {
     let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
@@ -33,11 +33,7 @@ fn main() {
     for i in 0..20 {
         let d = tempfile::tempdir().unwrap();
         let repo = d.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        std::fs::write(repo.join("R"), "x").unwrap();
-        git(&repo, &["add", "R"]);
-        git(&repo, &["commit", "-qm", "i"]);
+        git_repo(&repo);
         let plan = d.path().join("plan.json");
         std::fs::write(
             &plan,
