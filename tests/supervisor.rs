@@ -498,3 +498,17 @@ fn dynwf_and_standalone_runs_journal_identically() {
     assert_eq!(v["plane"], "dynwf");
     assert_eq!(v["plan"]["waves"][0]["tasks"][0]["state"], "committed");
 }
+
+#[test]
+fn stop_is_answered_though_the_supervisor_exits_right_after() {
+    // With nothing running, the supervisor ends as soon as it has answered stop: the answer must
+    // still reach the client before the process exits.
+    for _ in 0..10 {
+        let b = Bench::new();
+        let mut sup = b.start_supervised(&plan_one("claude"), "exit3", &[]);
+        b.wait_state("A", "halted", T);
+        let r = control(&b.sock(), &json!({"verb":"stop","by":"test"}));
+        assert_eq!(r["ok"], true, "{r}");
+        sup.wait_exit(T);
+    }
+}

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -42,8 +44,37 @@ pub struct Envelope {
     pub reply: oneshot::Sender<Response>,
 }
 
+/// Requests read off the socket and not yet answered on it. The supervisor waits (bounded) for them
+/// before it exits, so an answer the scheduler gave — to `stop`, say, right before the run ends —
+/// reaches its client instead of dying with the process.
+#[derive(Clone, Default)]
+pub struct InFlight(Arc<AtomicUsize>);
+
+struct InFlightGuard(Arc<AtomicUsize>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl InFlight {
+    fn enter(&self) -> InFlightGuard {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.0.clone())
+    }
+
+    /// Waits until every request read has been answered, at most `max`.
+    pub async fn drained(&self, max: Duration) {
+        let end = tokio::time::Instant::now() + max;
+        while self.0.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
 /// Accepts connections until the scheduler's receiver is dropped.
-pub async fn serve(listener: UnixListener, to_scheduler: mpsc::Sender<Envelope>) {
+pub async fn serve(listener: UnixListener, to_scheduler: mpsc::Sender<Envelope>, inflight: InFlight) {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     loop {
@@ -59,15 +90,21 @@ pub async fn serve(listener: UnixListener, to_scheduler: mpsc::Sender<Envelope>)
             return;
         }
         let tx = to_scheduler.clone();
+        let inflight = inflight.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, me, tx).await {
+            if let Err(e) = connection(stream, me, tx, inflight).await {
                 tracing::debug!(error = %e, "control connection ended");
             }
         });
     }
 }
 
-async fn connection(stream: UnixStream, me: u32, tx: mpsc::Sender<Envelope>) -> std::io::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    me: u32,
+    tx: mpsc::Sender<Envelope>,
+    inflight: InFlight,
+) -> std::io::Result<()> {
     let peer = stream.peer_cred()?;
     let (r, mut w) = stream.into_split();
     if peer.uid() != me {
@@ -84,6 +121,8 @@ async fn connection(stream: UnixStream, me: u32, tx: mpsc::Sender<Envelope>) -> 
         if n == 0 {
             return Ok(());
         }
+        // Counted from here until the answer is written (or the write fails).
+        let _answering = inflight.enter();
         let resp = if line.len() > MAX_REQUEST {
             let resp = refuse(400, format!("request longer than {MAX_REQUEST} bytes"));
             w.write_all(format!("{resp}\n").as_bytes()).await?;

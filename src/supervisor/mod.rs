@@ -210,11 +210,12 @@ pub async fn supervise(
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
 
     let (tx, mut rx) = mpsc::channel::<Envelope>(64);
+    let inflight = control::InFlight::default();
     let server = match listener {
         Some(l) => {
             l.set_nonblocking(true).map_err(setup("socket"))?;
             let l = tokio::net::UnixListener::from_std(l).map_err(setup("socket"))?;
-            Some(tokio::spawn(control::serve(l, tx.clone())))
+            Some(tokio::spawn(control::serve(l, tx.clone(), inflight.clone())))
         }
         None => None,
     };
@@ -251,6 +252,9 @@ pub async fn supervise(
     while let Ok(env) = rx.try_recv() {
         let _ = env.reply.send(refuse(409, "run not live: the supervisor has ended"));
     }
+    // Answers given (stop's, the refusals above, kills whose task ended) still have to be written.
+    drop(s);
+    inflight.drained(Duration::from_secs(2)).await;
     if let Some(p) = &liveness_path {
         let _ = liveness::update(p, &run_id, |l| {
             l.sock = None;

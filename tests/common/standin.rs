@@ -118,6 +118,19 @@ enum Script {
     Error(u16),
 }
 
+impl Script {
+    /// The text the answer streams before any tool call, and the gap between its deltas (ms).
+    fn text_deltas(&self) -> (Vec<String>, u64) {
+        match self {
+            Script::Text(t) => (words(t), 0),
+            Script::Tool => (words("I'll run a command."), 0),
+            Script::ToolFollowUp(out) => (words(&format!("The tool returned: {out}. Done.")), 0),
+            Script::Slow(count, gap) => ((0..*count).map(|k| format!("d{k} ")).collect(), *gap),
+            Script::Error(_) => (Vec::new(), 0),
+        }
+    }
+}
+
 fn directive(text: &str, family: &str) -> Option<Script> {
     // The last one wins: the user's words come after anything quoted ahead of them.
     let open = format!("[{family}:");
@@ -181,7 +194,7 @@ fn openai_script(body: &Value) -> Script {
     {
         let mut out = String::new();
         all_text(&last["output"], &mut out);
-        return Script::ToolFollowUp(out.trim().to_string());
+        return Script::ToolFollowUp(out.trim().replace('\n', " | "));
     }
     let Some(last) = input.iter().rev().find(|m| m["role"] == "user") else {
         return Script::Text(format!("Hi there! This request carried {n} input item(s)."));
@@ -359,31 +372,20 @@ fn anthropic(w: &mut TcpStream, st: &State, body: &Value) -> std::io::Result<()>
         }
         s.event(json!({"type":"content_block_stop","index":index}))
     };
-    let stop_reason = match &script {
-        Script::Tool => {
-            text_block(&mut s, 0, &words("I'll run a command."), 0)?;
-            s.event(json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use",
-                "id":format!("toolu_standin_{n:06}"),"name":"Bash","input":{}}}))?;
-            for part in [r#"{"command": "echo hi", "#, r#""description": "Print hi"}"#] {
-                s.event(json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":part}}))?;
-            }
-            s.event(json!({"type":"content_block_stop","index":1}))?;
-            "tool_use"
+    let (deltas, gap) = script.text_deltas();
+    text_block(&mut s, 0, &deltas, gap)?;
+    let stop_reason = if script == Script::Tool {
+        s.event(json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use",
+            "id":format!("toolu_standin_{n:06}"),"name":"Bash","input":{}}}))?;
+        for part in [r#"{"command": "echo hi", "#, r#""description": "Print hi"}"#] {
+            s.event(
+                json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":part}}),
+            )?;
         }
-        Script::ToolFollowUp(out) => {
-            text_block(&mut s, 0, &words(&format!("The tool returned: {out}. Done.")), 0)?;
-            "end_turn"
-        }
-        Script::Slow(count, gap) => {
-            let deltas: Vec<String> = (0..*count).map(|k| format!("d{k} ")).collect();
-            text_block(&mut s, 0, &deltas, *gap)?;
-            "end_turn"
-        }
-        Script::Text(t) => {
-            text_block(&mut s, 0, &words(t), 0)?;
-            "end_turn"
-        }
-        Script::Error(_) => unreachable!(),
+        s.event(json!({"type":"content_block_stop","index":1}))?;
+        "tool_use"
+    } else {
+        "end_turn"
     };
     s.event(json!({"type":"message_delta","delta":{"stop_reason":stop_reason,"stop_sequence":null},"usage":{"output_tokens":9}}))?;
     s.event(json!({"type":"message_stop"}))
@@ -402,7 +404,6 @@ fn openai(w: &mut TcpStream, st: &State, body: &Value) -> std::io::Result<()> {
     let resp = format!("resp_standin_{n:06}");
     let mut s = Sse::start(w, st)?;
     s.event(json!({"type":"response.created","response":{"id":resp,"object":"response","status":"in_progress","output":[]}}))?;
-    let mut index = 0u32;
     let message = |s: &mut Sse, index: u32, deltas: &[String], gap: u64| -> std::io::Result<()> {
         let item = format!("msg_standin_{n:06}_{index}");
         s.event(json!({"type":"response.output_item.added","output_index":index,
@@ -421,25 +422,13 @@ fn openai(w: &mut TcpStream, st: &State, body: &Value) -> std::io::Result<()> {
             "item":{"type":"message","id":item,"role":"assistant","status":"completed",
                 "content":[{"type":"output_text","text":text,"annotations":[]}]}}))
     };
-    match &script {
-        Script::Tool => {
-            message(&mut s, index, &words("I'll run a command."), 0)?;
-            index += 1;
-            let call = json!({"type":"function_call","id":format!("fc_standin_{n:06}"),"call_id":format!("call_standin_{n:06}"),
-                "name":"exec_command","arguments":json!({"cmd":"echo hi"}).to_string(),"status":"completed"});
-            s.event(json!({"type":"response.output_item.added","output_index":index,"item":call}))?;
-            s.event(json!({"type":"response.output_item.done","output_index":index,"item":call}))?;
-        }
-        Script::ToolFollowUp(out) => {
-            let out = out.replace('\n', " | ");
-            message(&mut s, index, &words(&format!("The tool returned: {out}. Done.")), 0)?
-        }
-        Script::Slow(count, gap) => {
-            let deltas: Vec<String> = (0..*count).map(|k| format!("d{k} ")).collect();
-            message(&mut s, index, &deltas, *gap)?
-        }
-        Script::Text(t) => message(&mut s, index, &words(t), 0)?,
-        Script::Error(_) => unreachable!(),
+    let (deltas, gap) = script.text_deltas();
+    message(&mut s, 0, &deltas, gap)?;
+    if script == Script::Tool {
+        let call = json!({"type":"function_call","id":format!("fc_standin_{n:06}"),"call_id":format!("call_standin_{n:06}"),
+            "name":"exec_command","arguments":json!({"cmd":"echo hi"}).to_string(),"status":"completed"});
+        s.event(json!({"type":"response.output_item.added","output_index":1,"item":call}))?;
+        s.event(json!({"type":"response.output_item.done","output_index":1,"item":call}))?;
     }
     s.event(
         json!({"type":"response.completed","response":{"id":resp,"object":"response","status":"completed","output":[],
