@@ -130,7 +130,7 @@ pub(crate) fn durable_error(e: DurableError) -> Response<Body> {
 }
 
 /// Runs blocking filesystem work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response<Body>> {
+pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response<Body>> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("worker failed: {e}")))

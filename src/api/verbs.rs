@@ -108,17 +108,11 @@ pub async fn verb(
     };
     let a = api.clone();
     let r = run.clone();
-    let pointer = tokio::task::spawn_blocking(move || a.durable.pointer(&r))
-        .await
-        .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(super::durable_error)?;
+    let pointer = super::blocking(move || a.durable.pointer(&r)).await?.map_err(super::durable_error)?;
     tracing::info!(RUN_ID = %run, TASK = ?task, VERB = verb.as_str(), by = %by, "verb");
     if pointer.plane == Plane::Dynwf {
         let task2 = task.clone();
-        let result =
-            tokio::task::spawn_blocking(move || crate::inbox::append(&pointer, verb, task2, msg, interrupt, &by))
-                .await
-                .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let result = super::blocking(move || crate::inbox::append(&pointer, verb, task2, msg, interrupt, &by)).await?;
         return match result {
             Ok(entry) => Ok(json_response(
                 StatusCode::OK,
