@@ -2,6 +2,7 @@
 //! `Last-Event-ID` on its own. Talks to `$HARNESS_API_ADDR` (default 127.0.0.1:7878) with the token
 //! when one is configured. No business logic: it carries requests and renders nothing.
 
+use crate::ids::{RunId, TaskId};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
@@ -22,6 +23,16 @@ pub struct Client {
     pub token: Option<String>,
 }
 
+/// One page of `GET …/events`: events/v1 JSON lines, and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsPage {
+    pub lines: Vec<String>,
+    /// `Harness-Next-After`: the seq to pass as `after` for the next page.
+    pub next_after: Option<String>,
+    /// `Harness-More`: the log held more complete lines than this page.
+    pub more: bool,
+}
+
 /// One SSE event as sent by the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
@@ -32,7 +43,7 @@ pub struct SseEvent {
 impl Client {
     async fn send(&self, req: Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, Unreachable> {
         let unreachable = |e: &dyn std::fmt::Display| Unreachable { addr: self.addr, detail: e.to_string() };
-        let tcp = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(self.addr))
+        let tcp = tokio::time::timeout(crate::timeouts::CLIENT_CONNECT, tokio::net::TcpStream::connect(self.addr))
             .await
             .map_err(|_| unreachable(&"connect timed out"))?
             .map_err(|e| unreachable(&e))?;
@@ -50,6 +61,41 @@ impl Client {
             b = b.header("authorization", format!("Bearer {t}"));
         }
         b
+    }
+
+    /// One page of a task's recorded events (`GET …/events`), after `after` (from the beginning when
+    /// `None`). The page's own headers say where the next one starts (`Harness-Next-After`) and
+    /// whether the log holds more (`Harness-More`). A non-200 answer is `Err((status, body))`.
+    pub async fn events(
+        &self,
+        run: &RunId,
+        task: &TaskId,
+        after: Option<&str>,
+    ) -> Result<Result<EventsPage, (u16, Bytes)>, Unreachable> {
+        let path = match after {
+            Some(a) => format!("/runs/{run}/tasks/{task}/events?after={a}"),
+            None => format!("/runs/{run}/tasks/{task}/events"),
+        };
+        let req = self
+            .builder("GET", &path)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
+        let resp = self.send(req).await?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let next_after = header("harness-next-after");
+        let more = header("harness-more").as_deref() == Some("true");
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?
+            .to_bytes();
+        if status != 200 {
+            return Ok(Err((status, body)));
+        }
+        let lines = String::from_utf8_lossy(&body).lines().map(str::to_string).collect();
+        Ok(Ok(EventsPage { lines, next_after, more }))
     }
 
     /// A request with an optional JSON body; returns (status, body).

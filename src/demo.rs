@@ -33,12 +33,45 @@ fn fixtures() -> Result<PathBuf, String> {
     }
 }
 
-pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: &str) -> Result<(), String> {
+/// How fast the fake engines replay their captures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    /// The captures' own timing.
+    Recorded,
+    /// No waiting.
+    Fast,
+    /// This many seconds per line.
+    PerLine(f64),
+}
+
+impl std::str::FromStr for Pace {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Pace, String> {
+        match s {
+            "recorded" => Ok(Pace::Recorded),
+            "fast" => Ok(Pace::Fast),
+            _ => match s.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Ok(Pace::PerLine(x)),
+                _ => Err(format!("{s:?}: expected recorded, fast or seconds per line")),
+            },
+        }
+    }
+}
+
+impl Pace {
+    /// `HARNESS_FAKE_PACE` and `HARNESS_FAKE_SLOW_PACE` for the fake engines.
+    fn env(self) -> (String, String) {
+        match self {
+            Pace::Recorded => ("recorded".into(), "0.8".into()),
+            Pace::Fast => ("fast".into(), "0".into()),
+            Pace::PerLine(x) => (x.to_string(), x.to_string()),
+        }
+    }
+}
+
+pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), String> {
     if !listen.ip().is_loopback() {
         return Err(format!("--listen {listen}: the demo only listens on loopback"));
-    }
-    if !matches!(pace, "recorded" | "fast") && pace.parse::<f64>().is_err() {
-        return Err(format!("--pace {pace:?}: expected recorded, fast or seconds per line"));
     }
     let fixtures = fixtures()?;
     let wrappers = crate::wrapper::wrappers_dir()?;
@@ -76,8 +109,8 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: &str) -> Result<(), S
         ("HARNESS_CLAUDE_BIN".into(), engines.join("fake-claude").display().to_string()),
         ("HARNESS_CURSOR_BIN".into(), engines.join("fake-cursor-agent").display().to_string()),
         ("HARNESS_CODEX_BIN".into(), engines.join("fake-codex").display().to_string()),
-        ("HARNESS_FAKE_PACE".into(), pace.to_string()),
-        ("HARNESS_FAKE_SLOW_PACE".into(), if pace == "recorded" { "0.8".into() } else { pace.replace("fast", "0") }),
+        ("HARNESS_FAKE_PACE".into(), pace.env().0),
+        ("HARNESS_FAKE_SLOW_PACE".into(), pace.env().1),
         ("HARNESS_FAKE_WRITE".into(), "1".into()),
         ("HARNESS_WRAPPERS".into(), wrappers.display().to_string()),
     ];
@@ -88,7 +121,7 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: &str) -> Result<(), S
     let addr = std_listener.local_addr().map_err(|e| e.to_string())?;
     crate::runner::start_detached(&home, &pointer, &args, &envs).map_err(|e| e.to_string())?;
     let hx = |s: &str| format!("HARNESS_HOME={} HARNESS_API_ADDR={addr} harness {s}", home.root.display());
-    let say = crate::cli::out;
+    let say = crate::term::out;
     say(&format!("harness demo: run {id}"));
     say(&format!("  repo {}   (git log shows one commit per task)", repo.display()));
     say(&format!("  API  http://{addr}   (Ctrl-C stops the run and the API)"));
@@ -105,19 +138,23 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: &str) -> Result<(), S
 
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(|e| e.to_string())?;
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let api = std::sync::Arc::new(crate::api::Api::new(home.clone(), crate::api::Config::default(), rx.clone()));
-        let server =
-            tokio::spawn(crate::api::serve(api, vec![crate::api::Listener::Tcp(listener)], rx, Duration::from_secs(3)));
         let narrator = tokio::spawn(narrate(pointer.journal_path()));
-        crate::service::terminated().await;
-        say("harness demo: stopping the run and the API");
-        stop(&home, &id).await;
-        let _ = tx.send(true);
+        let stop_run = async {
+            crate::service::terminated().await;
+            say("harness demo: stopping the run and the API");
+            stop(&home, &id).await;
+        };
+        let opts = crate::api::ServeOptions {
+            cfg: crate::api::Config::default(),
+            tcp: Vec::new(),
+            unix: None,
+            bound: vec![std_listener],
+            grace: Duration::from_secs(3),
+            reload_token: false,
+        };
+        let served = crate::api::serve(home.clone(), opts, Vec::new(), stop_run).await;
         narrator.abort();
-        let _ = server.await;
+        served.map_err(|e| e.to_string())?;
         say(&format!("harness demo: done; its files stay in {}", dir.display()));
         Ok(())
     })
@@ -131,7 +168,7 @@ async fn narrate(journal: PathBuf) {
         if let Ok((lines, _)) = tail.read_available(1 << 16) {
             for (_, line) in lines {
                 if let Ok(rec) = crate::journal::parse_line(&line) {
-                    crate::cli::out(&narration(&rec));
+                    crate::term::out(&narration(&rec));
                 }
             }
         }
@@ -166,12 +203,6 @@ fn narration(rec: &crate::journal::Record) -> String {
 }
 
 async fn stop(home: &Home, id: &RunId) {
-    let req = crate::supervisor::control::Request {
-        verb: "stop".into(),
-        task: None,
-        msg: None,
-        interrupt: None,
-        by: Some("demo".into()),
-    };
-    let _ = crate::supervisor::control::request(&home.socket_path(id), &req, Duration::from_secs(10)).await;
+    let req = crate::supervisor::control::Request::Stop { by: Some("demo".into()) };
+    let _ = crate::supervisor::control::request(&home.socket_path(id), &req, crate::timeouts::DEMO_STOP).await;
 }

@@ -4,14 +4,15 @@
 //! cursor moves past it, and an entry whose id the journal already has is never handed out again.
 //! kill is refused: a DynWF run is observe + queue-steer only.
 
+use crate::flock::Flock;
 use crate::ids::TaskId;
 use crate::journal::{self, ControlRecord, Journal, Outcome, Record, RunEvent, Verb};
 use crate::plan::Plan;
 use crate::registry::{Plane, Pointer};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 pub const VERSION: &str = "inbox/v1";
 
@@ -30,24 +31,31 @@ pub struct Entry {
     pub by: String,
 }
 
-/// A refusal with the HTTP-style status the API maps it to.
+/// Why a verb was not queued or taken. The edges map it: `Invalid` is a bad request, `UnknownTask`
+/// not found, `Refused` a refusal by the run's plane or the task's state, the rest a failure to read
+/// or write the run's files.
 #[derive(Debug, thiserror::Error)]
-#[error("{detail}")]
-pub struct InboxError {
-    pub status: u16,
-    pub detail: String,
+pub enum InboxError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    UnknownTask(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{what} {}: {source}", path.display())]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
 }
 
-fn err(status: u16, detail: impl Into<String>) -> InboxError {
-    InboxError { status, detail: detail.into() }
+fn refused(detail: impl Into<String>) -> InboxError {
+    InboxError::Refused(detail.into())
 }
 
-fn lock(f: &std::fs::File) -> Result<(), InboxError> {
-    // SAFETY: flock on a valid fd; released when the file is closed.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(err(500, format!("cannot lock the inbox: {}", std::io::Error::last_os_error())));
-    }
-    Ok(())
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> InboxError + 'a {
+    move |source| InboxError::Io { what, path: path.to_path_buf(), source }
 }
 
 /// Validates and appends a verb for a DynWF run. Returns the entry (with its id).
@@ -60,28 +68,29 @@ pub fn append(
     by: &str,
 ) -> Result<Entry, InboxError> {
     if p.plane != Plane::Dynwf {
-        return Err(err(409, format!("run {} is a standalone run: use its supervisor, not the inbox", p.run_id)));
+        return Err(refused(format!("run {} is a standalone run: use its supervisor, not the inbox", p.run_id)));
     }
     match verb {
         Verb::Kill => {
-            return Err(err(
-                409,
+            return Err(refused(
                 "kill is refused for a DynWF run: it has no supervisor holding the pids (observe + queue-steer only)",
             ));
         }
-        Verb::Stop => return Err(err(409, "stop is refused for a DynWF run: end it from its Workflow")),
+        Verb::Stop => return Err(refused("stop is refused for a DynWF run: end it from its Workflow")),
         Verb::Steer => {
-            let task = task.as_ref().ok_or_else(|| err(400, "steer needs a task"))?;
-            journal::check_steer_msg(msg.as_deref().unwrap_or("")).map_err(|e| err(400, e))?;
-            let plan = Plan::load(&p.plan_path()).map_err(|e| err(500, e.to_string()))?;
-            let t = plan.task(task).ok_or_else(|| err(404, format!("run {} has no task {task}", p.run_id)))?;
+            let task = task.as_ref().ok_or_else(|| InboxError::Invalid("steer needs a task".into()))?;
+            journal::check_steer_msg(msg.as_deref().unwrap_or("")).map_err(|e| InboxError::Invalid(e.into()))?;
+            let plan = Plan::load(&p.plan_path())?;
+            let t = plan
+                .task(task)
+                .ok_or_else(|| InboxError::UnknownTask(format!("run {} has no task {task}", p.run_id)))?;
             if t.adapter.is_verdict_seat() {
-                return Err(err(409, journal::SteerRefusal::VerdictSeat.detail(task)));
+                return Err(refused(journal::SteerRefusal::VerdictSeat.detail(task)));
             }
-            let view = journal::replay(&p.journal_path()).map_err(|e| err(500, e.to_string()))?;
+            let view = journal::replay(&p.journal_path())?;
             // The DynWF agent knows its sessions: no session check here.
             if let Some(r) = journal::SteerRefusal::check(false, view.tasks.get(task), false) {
-                return Err(err(409, r.detail(task)));
+                return Err(refused(r.detail(task)));
             }
         }
         Verb::Pause | Verb::Resume => {}
@@ -96,16 +105,17 @@ pub fn append(
         interrupt: interrupt.then_some(true),
         by: journal::clip_by(by),
     };
+    let path = p.inbox_path();
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .open(p.inbox_path())
-        .map_err(|e| err(500, format!("cannot open the inbox {}: {e}", p.inbox_path().display())))?;
-    lock(&f)?;
+        .open(&path)
+        .map_err(io("cannot open the inbox", &path))?;
+    let _lock = Flock::exclusive(&f).map_err(io("cannot lock the inbox", &path))?;
     let mut line = serde_json::to_vec(&entry).expect("an entry serializes");
     line.push(b'\n');
-    f.write_all(&line).and_then(|_| f.sync_data()).map_err(|e| err(500, format!("inbox append failed: {e}")))?;
+    f.write_all(&line).and_then(|_| f.sync_data()).map_err(io("cannot append to the inbox", &path))?;
     Ok(entry)
 }
 
@@ -116,16 +126,16 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
     let f = match std::fs::OpenOptions::new().read(true).append(true).open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(err(500, format!("cannot open the inbox {}: {e}", path.display()))),
+        Err(e) => return Err(io("cannot open the inbox", &path)(e)),
     };
-    lock(&f)?;
+    let _lock = Flock::exclusive(&f).map_err(io("cannot lock the inbox", &path))?;
     let cursor_path = p.runstate_dir.join(format!("{}.steer.cursor", p.slug));
     let cursor: u64 = std::fs::read_to_string(&cursor_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-    let bytes = std::fs::read(&path).map_err(|e| err(500, e.to_string()))?;
+    let bytes = std::fs::read(&path).map_err(io("cannot read the inbox", &path))?;
     let start = (cursor as usize).min(bytes.len());
     let complete = bytes[start..].iter().rposition(|&b| b == b'\n').map_or(start, |i| start + i + 1);
-    let journal = Journal::open(&p.journal_path()).map_err(|e| err(500, e.to_string()))?;
-    let view = journal.view().map_err(|e| err(500, e.to_string()))?;
+    let journal = Journal::open(&p.journal_path())?;
+    let view = journal.view()?;
     let mut taken = Vec::new();
     for line in bytes[start..complete].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         let entry: Entry = match serde_json::from_slice(line) {
@@ -146,7 +156,7 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
             id: Some(entry.id.clone()),
             ..Record::control(entry.verb, &format!("inbox:{}", entry.by), outcome)
         };
-        journal.append(&rec.into()).map_err(|e| err(500, format!("journal append failed: {e}")))?;
+        journal.append(&rec.into())?;
         match entry.verb {
             Verb::Pause => drop(journal.append(&Record::run(RunEvent::Paused, "dynwf", None))),
             Verb::Resume => drop(journal.append(&Record::run(RunEvent::Resumed, "dynwf", None))),
@@ -155,6 +165,6 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
         taken.push(entry);
     }
     crate::home::write_atomic(&cursor_path, complete.to_string().as_bytes(), 0o600)
-        .map_err(|e| err(500, format!("cannot move the inbox cursor: {e}")))?;
+        .map_err(io("cannot move the inbox cursor", &cursor_path))?;
     Ok(taken)
 }

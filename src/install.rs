@@ -69,7 +69,7 @@ pub fn install(bin: &Path, home: &Home, unit_dir: Option<&Path>, print: bool) ->
     let units = rendered(&bin, home);
     if print {
         for (name, text) in &units {
-            crate::cli::out(&format!("# --- {name} ---\n{text}"));
+            crate::term::out(&format!("# --- {name} ---\n{text}"));
         }
         return Ok(String::new());
     }

@@ -85,8 +85,7 @@ pub fn start_run_agent(bin: &Path, home: &Home, run: &RunId) -> Result<String, S
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let p = dir.join(format!("com.harness.supervisor.{run}.plist"));
     crate::home::write_atomic(&p, supervisor_plist(bin, home, run).as_bytes(), 0o644).map_err(|e| e.to_string())?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = nix::unistd::getuid().as_raw();
     let st = std::process::Command::new("launchctl")
         .arg("bootstrap")
         .arg(format!("gui/{uid}"))

@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -31,11 +30,39 @@ pub struct TaskLiveness {
     /// The wrapper's logfile (what `/stream` tails).
     pub logfile: PathBuf,
     /// The task's state as the supervisor last saw it (informational; the journal is the truth).
-    pub state: String,
+    pub state: LiveState,
     pub started_ts: String,
     /// Last time the logfile grew, when known (for "idle" in the Agent view).
     #[serde(default)]
     pub last_output_ts: Option<String>,
+}
+
+/// What a task's process is doing, as liveness shows it: the journal's state, or the step running
+/// between two journal states (`gating`: the gate command; `reviewing`: the verdict seat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LiveState {
+    Leased,
+    Implemented,
+    Gating,
+    Gated,
+    Reviewing,
+    Reviewed,
+    Committed,
+    Halted,
+}
+
+impl From<TaskState> for LiveState {
+    fn from(s: TaskState) -> LiveState {
+        match s {
+            TaskState::Leased => LiveState::Leased,
+            TaskState::Implemented => LiveState::Implemented,
+            TaskState::Gated => LiveState::Gated,
+            TaskState::Reviewed => LiveState::Reviewed,
+            TaskState::Committed => LiveState::Committed,
+            TaskState::Halted => LiveState::Halted,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,10 +119,7 @@ pub fn update<T>(path: &Path, run_id: &RunId, f: impl FnOnce(&mut Liveness) -> T
     let lock_path = path.with_extension("lock");
     let lock =
         OpenOptions::new().create(true).write(true).truncate(false).mode(0o600).open(&lock_path).map_err(io_err)?;
-    // SAFETY: flock on a valid fd we own; released when `lock` is closed at the end of this function.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(io_err(io::Error::last_os_error()));
-    }
+    let _held = crate::flock::Flock::exclusive(&lock).map_err(io_err)?;
     let mut l = match get(path) {
         Ok(Some(l)) => l,
         Ok(None) | Err(LivenessError::Garbled { .. }) => Liveness::new(run_id.clone()),
@@ -120,9 +144,8 @@ pub fn pid_alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    // SAFETY: signal 0 only checks existence and permission.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // Signal 0 only checks existence and permission; EPERM: it exists, owned by someone else.
+    matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Ok(()) | Err(nix::errno::Errno::EPERM))
 }
 
 /// A task record `reap` dropped, with what the journal says about that task.

@@ -160,12 +160,11 @@ pub fn start_detached(
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(err);
-    // SAFETY: setsid is async-signal-safe; it detaches the supervisor from our terminal and group.
+    // SAFETY: the closure runs between fork and exec, where only async-signal-safe calls are allowed;
+    // setsid(2) is one. It detaches the supervisor from our terminal and process group. (std has no
+    // safe way to ask for a new session; `process_group` only sets the group.)
     unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
+        cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
     }
     let child = cmd.spawn().map_err(|e| RunError::Failed(format!("cannot start the supervisor: {e}")))?;
     let sock = home.socket_path(&pointer.run_id);

@@ -1,5 +1,7 @@
-//! Process plumbing shared by the daemons: logging setup (journald when present, else stderr) and
-//! the shutdown signal. No business logic lives here.
+//! Process plumbing shared by the daemons: logging setup (journald when present, else stderr), the
+//! shutdown and reload signals, socket activation (`take_activated`: systemd's `LISTEN_FDS` or
+//! launchd's sockets, taken before the runtime's threads exist), sd_notify (READY, STATUS, WATCHDOG,
+//! STOPPING) and the open-files limit. No business logic lives here.
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
@@ -28,41 +30,49 @@ pub fn init_logging() {
 /// Raises the soft open-files limit to the hard one: every SSE client holds a socket (and a log fd
 /// while it reads), and the usual soft limit of 1024 is below what one API serves.
 pub fn raise_fd_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(error = %e, soft, hard, "cannot raise the open-files limit");
     }
 }
 
-/// Resolves when SIGTERM or SIGINT arrives (signal-hook-tokio). SIGHUP calls `on_hup` (reload).
-pub async fn terminated_or(mut on_hup: impl FnMut()) {
+/// Resolves when the first of `signals` arrives (signal-hook-tokio); never, when handlers cannot be
+/// installed (logged).
+async fn first_of(signals: &[i32], mut each: impl FnMut(i32) -> bool) {
     use futures_util::StreamExt;
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = match signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+    let mut stream = match signal_hook_tokio::Signals::new(signals) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot install signal handlers");
             return std::future::pending().await;
         }
     };
-    while let Some(sig) = signals.next().await {
-        if sig == SIGHUP {
-            notify(&[sd_notify::NotifyState::Reloading]);
-            on_hup();
-            notify(&[sd_notify::NotifyState::Ready]);
-        } else {
+    while let Some(sig) = stream.next().await {
+        if each(sig) {
             return;
         }
     }
 }
 
-/// Resolves when SIGTERM or SIGINT arrives; SIGHUP is logged (nothing to reload).
+/// Resolves when SIGTERM or SIGINT arrives.
 pub async fn terminated() {
-    terminated_or(|| tracing::info!("SIGHUP: nothing to reload in this process")).await
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    first_of(&[SIGTERM, SIGINT], |_| true).await
+}
+
+/// Calls `reload` on every SIGHUP, telling the service manager RELOADING then READY around it.
+/// Runs until the process ends.
+pub async fn on_hangup(mut reload: impl FnMut()) {
+    first_of(&[signal_hook::consts::SIGHUP], |_| {
+        notify(&[sd_notify::NotifyState::Reloading]);
+        reload();
+        notify(&[sd_notify::NotifyState::Ready]);
+        false
+    })
+    .await
 }
 
 /// A listening socket handed over by the service manager.

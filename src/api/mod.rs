@@ -11,8 +11,11 @@
 pub mod durable;
 pub mod guard;
 pub mod routes;
+mod server;
 pub mod stream;
 pub mod verbs;
+
+pub use server::{Listener, ServeError, ServeOptions, serve, serve_on};
 
 use bytes::Bytes;
 use durable::{Durable, DurableError};
@@ -21,22 +24,14 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use routes::{Route, RouteError};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 pub type Body = BoxBody<Bytes, Infallible>;
-
-/// A listening socket the API serves.
-pub enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
 
 /// How the API is configured.
 #[derive(Debug, Clone)]
@@ -103,7 +98,7 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 /// A JSON response.
-pub fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+pub fn json_response(status: StatusCode, v: &impl serde::Serialize) -> Response<Body> {
     let mut body = serde_json::to_vec(v).unwrap_or_else(|_| b"{}".to_vec());
     body.push(b'\n');
     let mut r = Response::new(full(body));
@@ -275,82 +270,5 @@ async fn dispatch(api: Arc<Api>, route: Route, req: Request<Incoming>) -> Result
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req).await,
         Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req).await,
         Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req).await,
-    }
-}
-
-/// Serves `listeners` until `shutdown` flips to true, then stops accepting and lets in-flight
-/// responses finish (bounded by `grace`).
-pub async fn serve(api: Arc<Api>, listeners: Vec<Listener>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    // Slowloris defence: a client gets this long to send its request head.
-    builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10));
-    let builder = Arc::new(builder);
-    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(Box<dyn ConnIo>, Via)>(64);
-    let mut accepters = Vec::new();
-    for l in listeners {
-        let tx = conn_tx.clone();
-        let mut sd = shutdown.clone();
-        accepters.push(tokio::spawn(async move {
-            loop {
-                let accepted: Option<(Box<dyn ConnIo>, Via)> = tokio::select! {
-                    _ = sd.changed() => return,
-                    a = accept(&l) => a,
-                };
-                if let Some(c) = accepted
-                    && tx.send(c).await.is_err()
-                {
-                    return;
-                }
-            }
-        }));
-    }
-    drop(conn_tx);
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => break,
-            c = conn_rx.recv() => {
-                let Some((io, via)) = c else { break };
-                let api = api.clone();
-                let svc = hyper::service::service_fn(move |req| handle(api.clone(), via, req));
-                let conn = builder.serve_connection(TokioIo::new(io), svc);
-                let fut = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = fut.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-        }
-    }
-    for a in accepters {
-        a.abort();
-    }
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
-        tracing::warn!("in-flight responses did not finish within {grace:?}; exiting anyway");
-    }
-}
-
-/// A connection's byte stream (TCP or Unix).
-pub trait ConnIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> ConnIo for T {}
-
-async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Via)> {
-    let r: std::io::Result<(Box<dyn ConnIo>, Via)> = match l {
-        Listener::Tcp(t) => t.accept().await.map(|(s, _)| {
-            let port = s.local_addr().map(|a| a.port()).unwrap_or(0);
-            let _ = s.set_nodelay(true);
-            (Box::new(s) as Box<dyn ConnIo>, Via::Tcp(port))
-        }),
-        Listener::Unix(u) => u.accept().await.map(|(s, _)| (Box::new(s) as Box<dyn ConnIo>, Via::Unix)),
-    };
-    match r {
-        Ok(c) => Some(c),
-        Err(e) => {
-            // EMFILE and friends: back off instead of spinning.
-            tracing::warn!(error = %e, "accept failed");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            None
-        }
     }
 }

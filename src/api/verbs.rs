@@ -7,13 +7,13 @@ use super::{Api, Body, error_response, json_response};
 use crate::ids::{RunId, TaskId};
 use crate::journal::Verb;
 use crate::registry::Plane;
-use crate::supervisor::control::{self, Request};
+use crate::supervisor::control::{self, Reply, Request};
+use crate::timeouts;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -118,26 +118,46 @@ pub async fn verb(
                 StatusCode::OK,
                 &json!({"ok": true, "queued": entry, "detail": "queued in the DynWF inbox: taken at the next task boundary"}),
             )),
-            Err(e) => Err(error_response(StatusCode::from_u16(e.status).unwrap_or(StatusCode::CONFLICT), e.detail)),
+            Err(e) => Err(inbox_error(e)),
         };
     }
     let sock = api.durable.home.socket_path(&run);
-    let request = Request {
-        verb: verb.as_str().into(),
-        task: task.map(|t| t.to_string()),
-        msg,
-        interrupt: interrupt.then_some(true),
-        by: Some(by),
+    let by = Some(by);
+    let need_task = || task.clone().ok_or_else(|| error_response(StatusCode::BAD_REQUEST, "this verb needs a task"));
+    let request = match verb {
+        Verb::Steer => Request::Steer {
+            task: need_task()?,
+            msg: msg.unwrap_or_default(),
+            interrupt: interrupt.then_some(true),
+            by,
+        },
+        Verb::Kill => Request::Kill { task: need_task()?, by },
+        Verb::Pause => Request::Pause { by },
+        Verb::Resume => Request::Resume { by },
+        Verb::Stop => Request::Stop { by },
     };
-    // A kill answers once the task's group is gone: allow for the kill grace.
-    let answer = control::request(&sock, &request, Duration::from_secs(60))
+    let reply = control::request(&sock, &request, timeouts::CONTROL_ANSWER)
         .await
         .map_err(|e| error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")))?;
-    if answer["ok"] == true {
-        return Ok(json_response(StatusCode::OK, &answer));
+    match reply {
+        Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
+        Reply::Refused(r) => {
+            Err(error_response(StatusCode::from_u16(r.status).unwrap_or(StatusCode::CONFLICT), r.detail))
+        }
     }
-    let status =
-        answer["status"].as_u64().and_then(|s| StatusCode::from_u16(s as u16).ok()).unwrap_or(StatusCode::CONFLICT);
-    let detail = answer["detail"].as_str().unwrap_or("refused by the supervisor").to_string();
-    Err(error_response(status, detail))
+}
+
+/// An inbox refusal as its HTTP answer.
+fn inbox_error(e: crate::inbox::InboxError) -> Response<Body> {
+    use crate::inbox::InboxError;
+    let status = match &e {
+        InboxError::Invalid(_) => StatusCode::BAD_REQUEST,
+        InboxError::UnknownTask(_) => StatusCode::NOT_FOUND,
+        InboxError::Refused(_) => StatusCode::CONFLICT,
+        InboxError::Io { .. } | InboxError::Journal(_) | InboxError::Plan(_) => {
+            tracing::error!(error = %e, "inbox append failed");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    };
+    error_response(status, e.to_string())
 }

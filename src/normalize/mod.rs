@@ -179,14 +179,38 @@ pub(crate) fn ts_from_ms(ms: f64) -> Option<String> {
     Some(humantime::format_rfc3339_millis(t).to_string())
 }
 
+/// Normalizes the complete lines at the start of `input` (all of it when `at_eof`: a final line
+/// without a newline is normalized too, the stream being over) into events/v1 JSON lines appended to
+/// `out`. `line_no` is the ordinal of `input`'s first line and is advanced past the lines consumed.
+/// Returns how many bytes were consumed; the caller keeps the rest for the next call. The one
+/// streaming entry point: `normalize-events` feeds it from stdin, `normalize_stream` a whole buffer.
+pub fn normalize_lines(
+    adapter: Adapter,
+    input: &[u8],
+    at_eof: bool,
+    line_no: &mut u64,
+    ctx: &Context<'_>,
+    w: &crate::events::Writer,
+    out: &mut Vec<u8>,
+) -> usize {
+    let complete = if at_eof { input.len() } else { memchr::memrchr(b'\n', input).map_or(0, |i| i + 1) };
+    let mut rest = &input[..complete];
+    while !rest.is_empty() {
+        let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1);
+        for e in normalize_line(adapter, *line_no, &rest[..end], ctx) {
+            w.write_line(&e, out);
+        }
+        *line_no += 1;
+        rest = &rest[end..];
+    }
+    complete
+}
+
 /// Normalizes a whole byte stream, line by line, into events/v1 JSON lines (what
 /// `harness normalize-events` prints). `first_line` is the ordinal of the first line in `input`.
 /// A final line without a newline is normalized too (the stream is over).
 pub fn normalize_stream(adapter: Adapter, input: &[u8], first_line: u64, ctx: &Context<'_>, out: &mut Vec<u8>) {
     let w = crate::events::Writer::new(ctx.run, ctx.task);
-    for (line_no, line) in (first_line..).zip(input.split_inclusive(|&b| b == b'\n')) {
-        for e in normalize_line(adapter, line_no, line, ctx) {
-            w.write_line(&e, out);
-        }
-    }
+    let mut line_no = first_line;
+    normalize_lines(adapter, input, true, &mut line_no, ctx, &w, out);
 }

@@ -3,8 +3,10 @@
 //! and hands it to the scheduler, which alone owns run state; this module holds no state.
 //! Also the client side, used by the CLI and the API.
 
+use crate::ids::{RunId, TaskId};
+use crate::journal::{RunStatus, TaskState};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,32 +18,259 @@ use tokio::sync::{mpsc, oneshot};
 /// Longest request line accepted.
 pub const MAX_REQUEST: usize = 256 * 1024;
 
-/// A control request. `by` says who asked (journaled); defaults to `socket`.
+/// A control request, one variant per verb. On the wire (`spec/CONTROL.md`) it is one flat object,
+/// `{"verb":"steer","task":"T1","msg":"…","interrupt":false,"by":"api"}`: the enum is read from and
+/// written as that object (see `Wire`), so the bytes are what they always were. `by` says who asked
+/// (journaled); absent means `socket`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Request {
-    pub verb: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub msg: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interrupt: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub by: Option<String>,
+#[serde(try_from = "Wire", into = "Wire")]
+pub enum Request {
+    Status { by: Option<String> },
+    Kill { task: TaskId, by: Option<String> },
+    Steer { task: TaskId, msg: String, interrupt: Option<bool>, by: Option<String> },
+    Pause { by: Option<String> },
+    Resume { by: Option<String> },
+    Stop { by: Option<String> },
 }
 
-/// A response: `{"ok":true,…}` or `{"ok":false,"status":409|400|403|404|500,"detail":"…"}`.
-pub type Response = Value;
+impl Request {
+    /// The verb's name on the wire.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Request::Status { .. } => "status",
+            Request::Kill { .. } => "kill",
+            Request::Steer { .. } => "steer",
+            Request::Pause { .. } => "pause",
+            Request::Resume { .. } => "resume",
+            Request::Stop { .. } => "stop",
+        }
+    }
 
-pub fn refuse(status: u16, detail: impl Into<String>) -> Response {
-    json!({"ok": false, "status": status, "detail": detail.into()})
+    /// Who asked, as given (`None`: the socket's default applies).
+    pub fn by(&self) -> Option<&str> {
+        match self {
+            Request::Status { by }
+            | Request::Kill { by, .. }
+            | Request::Steer { by, .. }
+            | Request::Pause { by }
+            | Request::Resume { by }
+            | Request::Stop { by } => by.as_deref(),
+        }
+    }
+
+    /// The task the verb names, for kill and steer.
+    pub fn task(&self) -> Option<&TaskId> {
+        match self {
+            Request::Kill { task, .. } | Request::Steer { task, .. } => Some(task),
+            _ => None,
+        }
+    }
+}
+
+/// The flat wire object of a request. Every field but `verb` is optional on the wire; which ones a
+/// verb takes is decided when it becomes a `Request`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    verb: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    msg: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    interrupt: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    by: Option<String>,
+}
+
+impl TryFrom<Wire> for Request {
+    type Error = String;
+
+    fn try_from(w: Wire) -> Result<Request, String> {
+        let verb: String = w.verb.chars().take(40).collect();
+        let only = |allowed: &[&str]| -> Result<(), String> {
+            let given = [("task", w.task.is_some()), ("msg", w.msg.is_some()), ("interrupt", w.interrupt.is_some())];
+            match given.iter().find(|(name, set)| *set && !allowed.contains(name)) {
+                Some((name, _)) => Err(format!("field {name} does not apply to {verb}")),
+                None => Ok(()),
+            }
+        };
+        let task = || -> Result<TaskId, String> {
+            let raw = w.task.as_deref().ok_or_else(|| format!("{verb} needs a task"))?;
+            TaskId::parse(raw).map_err(|e| e.to_string())
+        };
+        let by = w.by.clone();
+        Ok(match verb.as_str() {
+            "status" => only(&[]).map(|_| Request::Status { by })?,
+            "pause" => only(&[]).map(|_| Request::Pause { by })?,
+            "resume" => only(&[]).map(|_| Request::Resume { by })?,
+            "stop" => only(&[]).map(|_| Request::Stop { by })?,
+            "kill" => {
+                only(&["task"])?;
+                Request::Kill { task: task()?, by }
+            }
+            "steer" => {
+                Request::Steer { task: task()?, msg: w.msg.clone().unwrap_or_default(), interrupt: w.interrupt, by }
+            }
+            other => {
+                return Err(format!("unknown verb {other:?}: expected kill, steer, pause, resume, stop or status"));
+            }
+        })
+    }
+}
+
+impl From<Request> for Wire {
+    fn from(r: Request) -> Wire {
+        let verb = r.verb().to_string();
+        let mut w = Wire { verb, task: None, msg: None, interrupt: None, by: None };
+        match r {
+            Request::Status { by } | Request::Pause { by } | Request::Resume { by } | Request::Stop { by } => w.by = by,
+            Request::Kill { task, by } => {
+                w.task = Some(task.to_string());
+                w.by = by;
+            }
+            Request::Steer { task, msg, interrupt, by } => {
+                w.task = Some(task.to_string());
+                w.msg = Some(msg);
+                w.interrupt = interrupt;
+                w.by = by;
+            }
+        }
+        w
+    }
+}
+
+/// A JSON `true` that is nothing else (the `ok` of an answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct True;
+
+/// A JSON `false` that is nothing else (the `ok` of a refusal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct False;
+
+macro_rules! json_bool {
+    ($t:ident, $v:literal) => {
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bool($v)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
+                match bool::deserialize(d)? {
+                    $v => Ok($t),
+                    _ => Err(serde::de::Error::custom(concat!("expected ", stringify!($v)))),
+                }
+            }
+        }
+    };
+}
+json_bool!(True, true);
+json_bool!(False, false);
+
+/// A task as `status` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub pgid: Option<i32>,
+    pub running: bool,
+    pub session_id: Option<String>,
+    pub state: Shown,
+}
+
+/// A task state as answers show it: the journal's, or `pending` before the task's first record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shown {
+    Pending,
+    #[serde(untagged)]
+    State(TaskState),
+}
+
+impl From<Option<TaskState>> for Shown {
+    fn from(s: Option<TaskState>) -> Shown {
+        s.map_or(Shown::Pending, Shown::State)
+    }
+}
+
+/// What a verb answers when it was carried out. Fields are in the order the wire has always had
+/// (alphabetical); which variant a reply is follows from the verb that was sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Answer {
+    Status {
+        ok: True,
+        paused: bool,
+        pending_steers: usize,
+        run: RunId,
+        status: RunStatus,
+        tasks: BTreeMap<TaskId, TaskStatus>,
+    },
+    Steer {
+        detail: String,
+        id: String,
+        ok: True,
+        task: TaskId,
+    },
+    Kill {
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        elapsed_ms: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        noop: Option<bool>,
+        ok: True,
+        rc: Option<i32>,
+        state: Shown,
+        task: TaskId,
+    },
+    Pause {
+        detail: String,
+        ok: True,
+        paused: bool,
+        running: usize,
+    },
+    Stop {
+        detail: String,
+        ok: True,
+    },
+}
+
+/// Why a verb was not carried out: `status` is the HTTP status the API answers with (400 malformed,
+/// 403 foreign uid, 404 unknown task, 409 refused by state, 500 the journal could not be written).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub detail: String,
+    pub ok: False,
+    pub status: u16,
+}
+
+/// One answer line: `{"ok":true,…}` or `{"ok":false,"status":…,"detail":"…"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Reply {
+    Refused(Refusal),
+    Done(Answer),
+}
+
+impl From<Answer> for Reply {
+    fn from(a: Answer) -> Reply {
+        Reply::Done(a)
+    }
+}
+
+impl From<Refusal> for Reply {
+    fn from(r: Refusal) -> Reply {
+        Reply::Refused(r)
+    }
+}
+
+pub fn refuse(status: u16, detail: impl Into<String>) -> Refusal {
+    Refusal { detail: detail.into(), ok: False, status }
 }
 
 /// A request on its way to the scheduler, with where to send the answer.
 pub struct Envelope {
     pub req: Request,
-    pub reply: oneshot::Sender<Response>,
+    pub reply: oneshot::Sender<Reply>,
 }
 
 /// Requests read off the socket and not yet answered on it. The supervisor waits (bounded) for them
@@ -75,8 +304,7 @@ impl InFlight {
 
 /// Accepts connections until the scheduler's receiver is dropped.
 pub async fn serve(listener: UnixListener, to_scheduler: mpsc::Sender<Envelope>, inflight: InFlight) {
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -110,7 +338,7 @@ async fn connection(
     if peer.uid() != me {
         let resp = refuse(403, format!("peer uid {} is not the supervisor's uid {me}", peer.uid()));
         tracing::warn!(peer_uid = peer.uid(), "refused control connection from another uid");
-        w.write_all(format!("{resp}\n").as_bytes()).await?;
+        w.write_all(&line_of(&resp.into())).await?;
         return Ok(());
     }
     let mut r = BufReader::new(r);
@@ -123,25 +351,33 @@ async fn connection(
         }
         // Counted from here until the answer is written (or the write fails).
         let _answering = inflight.enter();
-        let resp = if line.len() > MAX_REQUEST {
+        let resp: Reply = if line.len() > MAX_REQUEST {
             let resp = refuse(400, format!("request longer than {MAX_REQUEST} bytes"));
-            w.write_all(format!("{resp}\n").as_bytes()).await?;
+            w.write_all(&line_of(&resp.into())).await?;
             return Ok(());
         } else {
             match serde_json::from_slice::<Request>(&line) {
-                Err(e) => refuse(400, format!("request is not a control/v1 object: {e}")),
+                Err(e) => refuse(400, format!("request is not a control/v1 object: {e}")).into(),
                 Ok(req) => {
                     let (reply, rx) = oneshot::channel();
+                    let shutting_down = || refuse(409, "run not live: the supervisor is shutting down").into();
                     if tx.send(Envelope { req, reply }).await.is_err() {
-                        refuse(409, "run not live: the supervisor is shutting down")
+                        shutting_down()
                     } else {
-                        rx.await.unwrap_or_else(|_| refuse(409, "run not live: the supervisor is shutting down"))
+                        rx.await.unwrap_or_else(|_| shutting_down())
                     }
                 }
             }
         };
-        w.write_all(format!("{resp}\n").as_bytes()).await?;
+        w.write_all(&line_of(&resp)).await?;
     }
+}
+
+/// One reply as its wire line.
+fn line_of(r: &Reply) -> Vec<u8> {
+    let mut v = serde_json::to_vec(r).expect("a Reply serializes");
+    v.push(b'\n');
+    v
 }
 
 /// Why a client request did not get an answer.
@@ -154,9 +390,9 @@ pub enum ClientError {
 }
 
 /// Sends one request to the supervisor socket at `path` and returns its response.
-pub async fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ClientError> {
+pub async fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Reply, ClientError> {
     let p = path.display().to_string();
-    let mut s = tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(path))
+    let mut s = tokio::time::timeout(crate::timeouts::CONTROL_CONNECT, UnixStream::connect(path))
         .await
         .map_err(|_| ClientError::Connect { path: p.clone(), source: std::io::ErrorKind::TimedOut.into() })?
         .map_err(|source| ClientError::Connect { path: p.clone(), source })?;
@@ -171,7 +407,7 @@ pub async fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Re
         Ok(Err(e)) => Err(io(e)),
         Ok(Ok(0)) => Err(ClientError::Io { path: p, detail: "closed without an answer".into() }),
         Ok(Ok(_)) => serde_json::from_str(&buf)
-            .map_err(|e| ClientError::Io { path: p, detail: format!("answer is not JSON: {e}") }),
+            .map_err(|e| ClientError::Io { path: p, detail: format!("answer is not a control/v1 reply: {e}") }),
     }
 }
 

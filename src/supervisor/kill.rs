@@ -2,6 +2,8 @@
 //! subreaper sweep for descendants that escaped the group with `setsid` (as a child subreaper the
 //! supervisor inherits them as its own children).
 
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 
 /// True while any process (zombies excluded) is in process group `pgid`.
@@ -36,10 +38,10 @@ pub fn stat_fields(pid: i32) -> Option<(char, i32, i32)> {
     Some((state, ppid, pgrp))
 }
 
-fn killpg(pgid: i32, sig: i32) {
+fn killpg(pgid: i32, sig: Signal) {
+    // pgid > 1 never targets init or "every process". ESRCH (already gone) is what we want anyway.
     if pgid > 1 {
-        // SAFETY: plain syscall; pgid > 1 never targets init or "every process".
-        unsafe { libc::killpg(pgid, sig) };
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pgid), sig);
     }
 }
 
@@ -47,14 +49,14 @@ fn killpg(pgid: i32, sig: i32) {
 /// Returns how long the group took to disappear.
 pub async fn kill_group(pgid: i32, grace: Duration) -> Duration {
     let start = Instant::now();
-    killpg(pgid, libc::SIGTERM);
+    killpg(pgid, Signal::SIGTERM);
     while group_alive(pgid) && start.elapsed() < grace {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if group_alive(pgid) {
-        killpg(pgid, libc::SIGKILL);
+        killpg(pgid, Signal::SIGKILL);
         let k = Instant::now();
-        while group_alive(pgid) && k.elapsed() < Duration::from_secs(2) {
+        while group_alive(pgid) && k.elapsed() < crate::timeouts::KILL_REAP {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -86,8 +88,7 @@ pub fn groups_mentioning(needle: &str) -> Vec<i32> {
 /// subreaper (children spawned through tokio are tracked and left alone).
 pub fn sweep_orphans() {
     let me = std::process::id() as i32;
-    // SAFETY: getpgrp has no preconditions.
-    let own_group = unsafe { libc::getpgrp() };
+    let own_group = nix::unistd::getpgrp().as_raw();
     let Ok(rd) = std::fs::read_dir("/proc") else { return };
     for e in rd.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
@@ -102,13 +103,12 @@ pub fn sweep_orphans() {
         if is_tracked_child(pid) {
             continue;
         }
+        // A direct child of ours that no one else waits for (tokio never waits for pids it did not
+        // spawn): kill it and reap that specific child only.
         if state != 'Z' {
-            // SAFETY: a direct child of ours that no one else waits for.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let mut status = 0;
-        // SAFETY: reaping that specific child only; tokio never waits for pids it did not spawn.
-        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
     }
 }
 
@@ -131,9 +131,8 @@ fn is_tracked_child(pid: i32) -> bool {
 /// process group are re-parented here and can be swept.
 pub fn become_subreaper() {
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl with a constant option and flag.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %e, "cannot become the child subreaper: orphans that leave their group are not swept");
     }
 }
 

@@ -8,10 +8,11 @@ use super::kill;
 use crate::adapter::Adapter;
 use crate::ids::{RunId, TaskId};
 use crate::journal::{Journal, Record, TaskRecord, TaskState};
-use crate::liveness::{self, TaskLiveness};
+use crate::liveness::{self, LiveState, TaskLiveness};
 use crate::plan::{Plan, Task};
 use crate::registry::Pointer;
 use crate::wrapper;
+use crate::{exit, timeouts};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -91,7 +92,7 @@ impl Ctx {
             End::JournalFailed(e.to_string())
         })?;
         tracing::info!(RUN_ID = %self.run_id, TASK = %task, state = %state, "task state");
-        self.live_state(&task, state.as_str());
+        self.live_state(&task, state.into());
         Ok(())
     }
 
@@ -109,7 +110,7 @@ impl Ctx {
     /// Halts the task if a kill verb arrived.
     fn check_killed(&self, task: &TaskId, session: Option<String>) -> Step<()> {
         match self.killed_by(task) {
-            Some(by) => Err(self.halt(task, 143, format!("killed by {by}"), session)),
+            Some(by) => Err(self.halt(task, exit::KILLED, format!("killed by {by}"), session)),
             None => Ok(()),
         }
     }
@@ -123,14 +124,14 @@ impl Ctx {
         }
     }
 
-    fn live_set(&self, task: &TaskId, pid: i32, session: Option<&str>, logfile: &Path, state: &str) {
+    fn live_set(&self, task: &TaskId, pid: i32, session: Option<&str>, logfile: &Path, state: LiveState) {
         let Some(path) = &self.liveness else { return };
         let rec = TaskLiveness {
             pid,
             pgid: pid,
             session_id: session.map(str::to_string),
             logfile: logfile.to_path_buf(),
-            state: state.to_string(),
+            state,
             started_ts: crate::journal::now_rfc3339(),
             last_output_ts: None,
         };
@@ -139,11 +140,11 @@ impl Ctx {
         }
     }
 
-    fn live_state(&self, task: &TaskId, state: &str) {
+    fn live_state(&self, task: &TaskId, state: LiveState) {
         let Some(path) = &self.liveness else { return };
         let _ = liveness::update(path, &self.run_id, |l| {
             if let Some(t) = l.tasks.get_mut(task) {
-                t.state = state.to_string();
+                t.state = state;
             }
         });
     }
@@ -169,7 +170,7 @@ impl Ctx {
         mut cmd: tokio::process::Command,
         log: &Path,
         session: Option<&str>,
-        state: &str,
+        state: LiveState,
         timeout: Option<Duration>,
     ) -> Result<(i32, Vec<u8>), String> {
         let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.as_std().get_program()))?;
@@ -210,12 +211,12 @@ impl Ctx {
         }
         let stdout = match reader {
             Some(r) => {
-                tokio::time::timeout(Duration::from_secs(2), r).await.ok().and_then(|j| j.ok()).unwrap_or_default()
+                tokio::time::timeout(timeouts::CHILD_STDOUT, r).await.ok().and_then(|j| j.ok()).unwrap_or_default()
             }
             None => Vec::new(),
         };
         self.set_pgid(task, None);
-        let waited = status.map(|rc| (rc.unwrap_or(124), stdout));
+        let waited = status.map(|rc| (rc.unwrap_or(exit::TIMED_OUT), stdout));
         waited.map_err(|e| format!("waiting for pid {pid}: {e}"))
     }
 }
@@ -308,9 +309,9 @@ async fn turn(
     let cmd = wrapper::command(&ctx.wrappers, &t);
     let known_session = resume.clone().or_else(|| assigned.clone());
     let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
-    let (rc, stdout) = match ctx.run_child(id, cmd, &logfile, known_session.as_deref(), "leased", None).await {
+    let (rc, stdout) = match ctx.run_child(id, cmd, &logfile, known_session.as_deref(), LiveState::Leased, None).await {
         Ok(r) => r,
-        Err(e) => return Err(ctx.halt(id, 127, format!("wrapper did not run: {e}"), known_session)),
+        Err(e) => return Err(ctx.halt(id, exit::NOT_RUN, format!("wrapper did not run: {e}"), known_session)),
     };
     let out = wrapper::Outcome { rc, status: wrapper::parse_status(&stdout) };
     let session = out.status.as_ref().and_then(|s| s.session_id.clone()).or(known_session);
@@ -363,13 +364,14 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
         .stdout(out)
         .stderr(err)
         .process_group(0);
-    let (rc, _) = match ctx.run_child(id, cmd, &log, session.as_deref(), "gating", Some(ctx.gate_timeout)).await {
-        Ok(r) => r,
-        Err(e) => return Err(ctx.halt(id, 127, format!("gate did not run: {e}"), session)),
-    };
+    let (rc, _) =
+        match ctx.run_child(id, cmd, &log, session.as_deref(), LiveState::Gating, Some(ctx.gate_timeout)).await {
+            Ok(r) => r,
+            Err(e) => return Err(ctx.halt(id, exit::NOT_RUN, format!("gate did not run: {e}"), session)),
+        };
     ctx.check_killed(id, session.clone())?;
     if rc != 0 {
-        let why = if rc == 124 { "timed out".to_string() } else { format!("exit {rc}") };
+        let why = if rc == exit::TIMED_OUT { "timed out".to_string() } else { format!("exit {rc}") };
         return Err(ctx.halt(id, rc, format!("gate failed ({why}): {cmd_text}"), session));
     }
     gated.detail = Some(format!("gate passed: {cmd_text}"));
@@ -398,9 +400,9 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         resume: None,
     };
     let cmd = wrapper::command(&ctx.wrappers, &t);
-    let (rc, stdout) = match ctx.run_child(id, cmd, &log, None, "reviewing", None).await {
+    let (rc, stdout) = match ctx.run_child(id, cmd, &log, None, LiveState::Reviewing, None).await {
         Ok(r) => r,
-        Err(e) => return Err(ctx.halt(id, 127, format!("review seat did not run: {e}"), session)),
+        Err(e) => return Err(ctx.halt(id, exit::NOT_RUN, format!("review seat did not run: {e}"), session)),
     };
     ctx.check_killed(id, session.clone())?;
     let out = wrapper::Outcome { rc, status: wrapper::parse_status(&stdout) };

@@ -1,0 +1,177 @@
+//! Commands over a run's files on this machine (registry, journal, liveness, DynWF inbox, plans) and
+//! the service-manager files (install, plist, uninstall). Each resolves its ids, calls the module
+//! that owns the file, and prints the result.
+
+use super::error::{CliError, during, failed, usage};
+use crate::home::Home;
+use crate::ids::{RunId, Slug, TaskId};
+use crate::journal::{self, Journal, Verb};
+use crate::liveness::{self, TaskLiveness};
+use crate::plan::Plan;
+use crate::registry::{self, Plane, Pointer};
+use crate::term::{out, print_json};
+use std::path::{Path, PathBuf};
+
+pub(super) fn home() -> Result<Home, CliError> {
+    Home::from_env().map_err(usage)
+}
+
+/// The registry pointer of `run` (parsed first: a bad id is a usage error).
+pub(super) fn pointer(home: &Home, run: &str) -> Result<Pointer, CliError> {
+    let run = RunId::parse(run).map_err(usage)?;
+    registry::read(home, &run).map_err(during(format!("reading run {run}'s pointer")))
+}
+
+fn task_id(task: &str) -> Result<TaskId, CliError> {
+    TaskId::parse(task).map_err(usage)
+}
+
+pub(super) fn registry_add(
+    repo: &Path,
+    worktree: Option<&Path>,
+    slug: &str,
+    plane: Plane,
+    runstate_dir: Option<&Path>,
+    project: Option<&str>,
+) -> Result<(), CliError> {
+    let slug = Slug::parse(slug).map_err(usage)?;
+    let reg = registry::Registration { repo_root: repo, worktree, slug: &slug, plane, runstate_dir, project };
+    let p = registry::register(&home()?, &reg).map_err(during(format!("registering {slug} in {}", repo.display())))?;
+    print_json(&p);
+    Ok(())
+}
+
+pub(super) fn registry_list() -> Result<(), CliError> {
+    let home = home()?;
+    let (found, skipped) = registry::enumerate(&home).map_err(during("listing the registry"))?;
+    registry::log_skipped(&skipped);
+    print_json(&found);
+    Ok(())
+}
+
+pub(super) fn journal_append(run: &str, record: &str) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let mut v: serde_json::Value =
+        serde_json::from_str(record).map_err(|e| usage(format!("record is not JSON: {e}")))?;
+    let obj = v.as_object_mut().ok_or_else(|| usage("record must be a JSON object"))?;
+    obj.entry("v").or_insert_with(|| journal::VERSION.into());
+    obj.entry("ts").or_insert_with(|| journal::now_rfc3339().into());
+    let rec: journal::Record = serde_json::from_value(v).map_err(|e| usage(format!("invalid record: {e}")))?;
+    let what = format!("appending to run {}'s journal", p.run_id);
+    let line = Journal::open(&p.journal_path()).and_then(|j| j.append(&rec)).map_err(during(what))?;
+    out(&line.to_string());
+    Ok(())
+}
+
+pub(super) fn journal_show(run: &str) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    print_json(&journal::replay(&p.journal_path()).map_err(during(format!("replaying run {}", p.run_id)))?);
+    Ok(())
+}
+
+pub(super) fn journal_reconcile(run: &str) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let view = journal::replay(&p.journal_path()).map_err(during(format!("replaying run {}", p.run_id)))?;
+    let live = liveness::get(&p.liveness_path()).ok().flatten();
+    let report = journal::reconcile(
+        &view,
+        |sha| crate::git::commit_exists(&p.worktree, sha),
+        |t| live.as_ref().and_then(|l| l.tasks.get(t)).is_some_and(|r| liveness::pid_alive(r.pid)),
+    );
+    print_json(&report);
+    if report.is_clean() { Ok(()) } else { Err(CliError::Discrepancies) }
+}
+
+pub(super) fn liveness_set(run: &str, task: &str, record: &str) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let task = task_id(task)?;
+    let rec: TaskLiveness = serde_json::from_str(record).map_err(|e| usage(format!("invalid liveness record: {e}")))?;
+    liveness::set(&p.liveness_path(), &p.run_id, &task, rec)
+        .map_err(during(format!("setting task {task}'s liveness in run {}", p.run_id)))
+}
+
+pub(super) fn liveness_get(run: &str, task: Option<&str>) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let l = liveness::get(&p.liveness_path()).map_err(during(format!("reading run {}'s liveness", p.run_id)))?;
+    match task {
+        None => print_json(&l),
+        Some(t) => {
+            let t = task_id(t)?;
+            print_json(&l.and_then(|l| l.tasks.get(&t).cloned()));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn liveness_reap(run: &str) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let view = journal::replay(&p.journal_path()).map_err(during(format!("replaying run {}", p.run_id)))?;
+    let reaped = liveness::reap(&p.liveness_path(), &p.run_id, &view)
+        .map_err(during(format!("reaping run {}'s liveness", p.run_id)))?;
+    print_json(&reaped);
+    Ok(())
+}
+
+pub(super) fn inbox_append(
+    run: &str,
+    verb: Verb,
+    task: Option<&str>,
+    msg: Option<String>,
+    interrupt: bool,
+    by: &str,
+) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let task = task.map(task_id).transpose()?;
+    let e = crate::inbox::append(&p, verb, task, msg, interrupt, by).map_err(|e| match e {
+        crate::inbox::InboxError::Invalid(d) => usage(d),
+        e => failed(format!("queueing {verb} for run {}", p.run_id), e),
+    })?;
+    print_json(&e);
+    Ok(())
+}
+
+pub(super) fn inbox_take(run: &str) -> Result<(), CliError> {
+    let p = pointer(&home()?, run)?;
+    let taken = crate::inbox::take(&p).map_err(during(format!("taking run {}'s inbox", p.run_id)))?;
+    print_json(&taken);
+    Ok(())
+}
+
+pub(super) fn plan_check(plan: &Path) -> Result<(), CliError> {
+    let p = Plan::load(plan).map_err(usage)?;
+    out(&format!("ok: plan {} with {} tasks in {} waves", p.slug, p.tasks.len(), p.waves().len()));
+    Ok(())
+}
+
+fn this_binary(bin: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    match bin {
+        Some(b) => Ok(b),
+        None => std::env::current_exe().map_err(during("finding this binary")),
+    }
+}
+
+pub(super) fn install(bin: Option<PathBuf>, print: bool, unit_dir: Option<&Path>) -> Result<(), CliError> {
+    let bin = this_binary(bin)?;
+    let msg = crate::install::install(&bin, &home()?, unit_dir, print).map_err(CliError::Failed)?;
+    if !msg.is_empty() {
+        out(&msg);
+    }
+    Ok(())
+}
+
+pub(super) fn plist(which: &str, bin: Option<PathBuf>) -> Result<(), CliError> {
+    let bin = this_binary(bin)?;
+    let home = home()?;
+    let text = if which == "api" {
+        crate::launchd::api_plist(&bin, &home)
+    } else {
+        crate::launchd::supervisor_plist(&bin, &home, &RunId::parse(which).map_err(usage)?)
+    };
+    out(text.trim_end());
+    Ok(())
+}
+
+pub(super) fn uninstall(unit_dir: Option<&Path>) -> Result<(), CliError> {
+    out(&crate::install::uninstall(unit_dir).map_err(CliError::Failed)?);
+    Ok(())
+}

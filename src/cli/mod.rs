@@ -1,0 +1,432 @@
+//! The `harness` command line: argument parsing (clap) and dispatch. Each arm hands its arguments to
+//! the module that does the work (`local` for commands over a run's files, `remote` for the API and
+//! the control socket, `start` for the daemons, runs and the demo) and every failure becomes one
+//! stderr line plus an exit code (`CliError`). No business logic lives here.
+//!
+//! Exit codes (`exit::cli`): 0 success, 1 the operation failed or was refused, 2 usage error (bad
+//! arguments or ids), 3 `journal reconcile` found discrepancies, 4 the API could not be reached.
+
+mod error;
+mod local;
+mod remote;
+mod start;
+
+use crate::adapter::Adapter;
+use crate::client::Client;
+use crate::config;
+use crate::home::Home;
+use crate::journal::Verb;
+use crate::registry::Plane;
+use clap::{Parser, Subcommand};
+pub use error::CliError;
+use error::usage;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "harness", version, about = "Watch, steer, kill and pause AI coding agent runs")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the HTTP API (durable views; live routes need the run's supervisor).
+    Api {
+        /// Address to listen on. Repeatable. Default 127.0.0.1:7878 or $HARNESS_API_ADDR. A
+        /// non-loopback address is refused unless a token is configured.
+        #[arg(long)]
+        listen: Vec<SocketAddr>,
+        /// Also listen on this Unix socket path.
+        #[arg(long)]
+        unix: Option<PathBuf>,
+        /// A browser origin allowed to call the API (e.g. the Web UI dev server
+        /// http://127.0.0.1:5173). Repeatable; also $HARNESS_API_ALLOW_ORIGINS (comma-separated).
+        #[arg(long)]
+        allow_origin: Vec<String>,
+        /// SSE heartbeat period (at most 10 s).
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        heartbeat: std::time::Duration,
+        /// Events buffered per SSE client.
+        #[arg(long, default_value_t = 32)]
+        stream_buffer: usize,
+        /// A client that takes no event for this long starts losing events (each loss is reported
+        /// to it as one error event naming the dropped range).
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        slow_client_grace: std::time::Duration,
+    },
+    /// The global run registry ($HARNESS_HOME/runs).
+    #[command(subcommand)]
+    Registry(RegistryCmd),
+    /// The runstate/v1 journal of a run.
+    #[command(subcommand)]
+    Journal(JournalCmd),
+    /// The liveness/v1 sidecar of a run (a cache; the journal wins).
+    #[command(subcommand)]
+    Liveness(LivenessCmd),
+    /// Plan files.
+    #[command(subcommand)]
+    Plan(PlanCmd),
+    /// The demo: a supervised example run (fake engines replaying real captures) in a scratch git
+    /// repo, with the API serving it. Prints the commands to watch, steer and kill it.
+    Demo {
+        /// Where to put the scratch repo and harness home (default: a new dir under /tmp).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// API address.
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: SocketAddr,
+        /// Engine pacing: recorded (the captures' own timing), fast, or seconds per line.
+        #[arg(long, default_value = "recorded")]
+        pace: crate::demo::Pace,
+    },
+    /// Install the systemd user units (launchd agent on macOS) for this binary.
+    Install {
+        /// Install for the user's service manager (the only mode; accepted for clarity).
+        #[arg(long)]
+        user: bool,
+        /// The binary the units run (default: this one).
+        #[arg(long)]
+        bin: Option<PathBuf>,
+        /// Print the rendered units instead of writing them.
+        #[arg(long)]
+        print: bool,
+        /// Write the units here instead of the user unit directory (no reload).
+        #[arg(long)]
+        unit_dir: Option<PathBuf>,
+    },
+    /// Print the launchd plist of the API agent or of one run's supervisor (macOS).
+    Plist {
+        /// `api`, or a runId for its supervisor.
+        which: String,
+        #[arg(long)]
+        bin: Option<PathBuf>,
+    },
+    /// Stop and remove what `harness install` wrote.
+    Uninstall {
+        #[arg(long)]
+        user: bool,
+        #[arg(long)]
+        unit_dir: Option<PathBuf>,
+    },
+    /// Start a run of PLAN.json: batch in the foreground, or with a supervisor (--supervised).
+    Run {
+        plan: PathBuf,
+        /// The repository (default: the git top level of the current directory).
+        #[arg(long)]
+        repo: Option<PathBuf>,
+        /// A separate worktree of the repository to work in (default: the repository itself).
+        #[arg(long)]
+        worktree: Option<PathBuf>,
+        #[arg(long)]
+        project: Option<String>,
+        /// Run with a supervisor: control socket, liveness, live verbs.
+        #[arg(long)]
+        supervised: bool,
+        /// With --supervised: supervise in this process instead of a detached one.
+        #[arg(long)]
+        foreground: bool,
+        /// Register the run and journal its start, but start no supervisor: for a process manager
+        /// of your own (`harness supervise <runId>`, e.g. under systemd-socket-activate).
+        #[arg(long, conflicts_with_all = ["foreground"])]
+        register_only: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Supervise a registered run (what systemd or `harness run --supervised` starts).
+    Supervise {
+        run: String,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// List runs (via the API).
+    Runs {
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: its waves and task states (via the API).
+    Show {
+        run: String,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a task's events live (SSE), reconnecting with Last-Event-ID on its own.
+    Watch {
+        run: String,
+        task: String,
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Print events/v1 JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Start after this seq (default: from the beginning of the log).
+        #[arg(long)]
+        after: Option<String>,
+        /// Stop after the next `exit` event (the end of a turn).
+        #[arg(long)]
+        until_exit: bool,
+    },
+    /// Queue a message for a task's next turn (resume of its session).
+    Steer {
+        run: String,
+        task: String,
+        msg: String,
+        /// Kill the current turn first.
+        #[arg(long)]
+        interrupt: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Kill a task's running turn.
+    Kill {
+        run: String,
+        task: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Hold a run: no new task or turn is dispatched.
+    Pause {
+        run: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Release a paused run.
+    Resume {
+        run: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Stop a supervised run: kill its running tasks; the run ends failed.
+    Stop { run: String },
+    /// Ask a run's supervisor for its status (over the control socket).
+    Status { run: String },
+    /// The DynWF inbox of a run (DynWF runs have no supervisor socket).
+    #[command(subcommand)]
+    Inbox(InboxCmd),
+    /// Normalize an engine's raw stream (stdin) into events/v1 JSON lines (stdout).
+    NormalizeEvents {
+        /// claude, cursor or codex.
+        adapter: Adapter,
+        #[arg(long, default_value = "-")]
+        run: String,
+        #[arg(long, default_value = "-")]
+        task: String,
+        /// Session id for lines that carry none.
+        #[arg(long)]
+        session: Option<String>,
+        /// Ordinal of the first stdin line in its logfile (a tail that starts mid-file keeps ordinals).
+        #[arg(long, default_value_t = 1)]
+        first_line: u64,
+        /// Fixed observed time for lines without their own timestamp (default: when each line is read).
+        #[arg(long)]
+        observed_ts: Option<String>,
+    },
+}
+
+/// Where the API is.
+#[derive(clap::Args, Clone)]
+struct ApiArgs {
+    /// The API address (default $HARNESS_API_ADDR or 127.0.0.1:7878).
+    #[arg(long = "api")]
+    addr: Option<SocketAddr>,
+}
+
+impl ApiArgs {
+    fn client(&self) -> Result<Client, CliError> {
+        let addr = match self.addr {
+            Some(a) => a,
+            None => config::api_addr().map_err(usage)?,
+        };
+        let token = Home::from_env().ok().and_then(|h| config::api_token(&h).ok().flatten());
+        Ok(Client { addr, token })
+    }
+}
+
+/// Supervisor tuning.
+#[derive(clap::Args, Clone)]
+struct Tuning {
+    /// Stay up this long with nothing to do (halted tasks, paused) before ending the run failed.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    linger: std::time::Duration,
+    /// TERM → KILL grace when killing a task's process group.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    kill_grace: std::time::Duration,
+    /// Bound of one agent turn.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    turn_timeout: std::time::Duration,
+    /// Bound of one gate command.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    gate_timeout: std::time::Duration,
+}
+
+impl Tuning {
+    fn options(&self) -> crate::supervisor::Options {
+        crate::supervisor::Options {
+            kill_grace: self.kill_grace,
+            linger: self.linger,
+            turn_timeout_s: self.turn_timeout.as_secs().max(1),
+            gate_timeout: self.gate_timeout,
+            batch: false,
+            listener: None,
+        }
+    }
+    fn args(&self) -> Vec<String> {
+        let f = |d: std::time::Duration| humantime::format_duration(d).to_string().replace(' ', "");
+        vec![
+            "--linger".into(),
+            f(self.linger),
+            "--kill-grace".into(),
+            f(self.kill_grace),
+            "--turn-timeout".into(),
+            f(self.turn_timeout),
+            "--gate-timeout".into(),
+            f(self.gate_timeout),
+        ]
+    }
+}
+
+#[derive(Subcommand)]
+enum InboxCmd {
+    /// Queue a verb for a DynWF run (steer, pause, resume; kill is refused). Prints the entry.
+    Append {
+        run: String,
+        verb: Verb,
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long)]
+        msg: Option<String>,
+        #[arg(long)]
+        interrupt: bool,
+        #[arg(long, default_value = "cli")]
+        by: String,
+    },
+    /// Take the verbs not taken yet (exactly once), journaling each. Prints a JSON array.
+    Take { run: String },
+}
+
+#[derive(Subcommand)]
+enum RegistryCmd {
+    /// Register a run (what a runner or DynWF driver does at run start). Prints the pointer.
+    Add {
+        #[arg(long)]
+        repo: PathBuf,
+        #[arg(long)]
+        worktree: Option<PathBuf>,
+        #[arg(long)]
+        slug: String,
+        #[arg(long, value_enum, default_value_t = Plane::Standalone)]
+        plane: Plane,
+        #[arg(long)]
+        runstate_dir: Option<PathBuf>,
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// List registered runs (reaping pointers whose runstateDir is gone).
+    List,
+}
+
+#[derive(Subcommand)]
+enum JournalCmd {
+    /// Append one record (JSON; `v` and `ts` are filled in when absent). Prints its line number.
+    Append { run: String, record: String },
+    /// Print the replayed view of the journal as JSON.
+    Show { run: String },
+    /// Check committed shas against git and in-flight tasks against live processes. Exit 3 if not clean.
+    Reconcile { run: String },
+}
+
+#[derive(Subcommand)]
+enum LivenessCmd {
+    /// Set one task's liveness record (JSON TaskLiveness).
+    Set { run: String, task: String, record: String },
+    /// Print the sidecar, or one task's record.
+    Get { run: String, task: Option<String> },
+    /// Drop records whose pid is dead; report what the journal says about each.
+    Reap { run: String },
+}
+
+#[derive(Subcommand)]
+enum PlanCmd {
+    /// Validate a plan file; prints every problem found.
+    Check { plan: PathBuf },
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { crate::exit::cli::USAGE } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    crate::service::init_logging();
+    match run(cli.cmd) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            e.code()
+        }
+    }
+}
+
+fn run(cmd: Cmd) -> Result<(), CliError> {
+    match cmd {
+        Cmd::Api { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
+            start::api(start::ApiFlags { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace })
+        }
+        Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => {
+            local::registry_add(&repo, worktree.as_deref(), &slug, plane, runstate_dir.as_deref(), project.as_deref())
+        }
+        Cmd::Registry(RegistryCmd::List) => local::registry_list(),
+        Cmd::Journal(JournalCmd::Append { run, record }) => local::journal_append(&run, &record),
+        Cmd::Journal(JournalCmd::Show { run }) => local::journal_show(&run),
+        Cmd::Journal(JournalCmd::Reconcile { run }) => local::journal_reconcile(&run),
+        Cmd::Liveness(LivenessCmd::Set { run, task, record }) => local::liveness_set(&run, &task, &record),
+        Cmd::Liveness(LivenessCmd::Get { run, task }) => local::liveness_get(&run, task.as_deref()),
+        Cmd::Liveness(LivenessCmd::Reap { run }) => local::liveness_reap(&run),
+        Cmd::Install { user: _, bin, print, unit_dir } => local::install(bin, print, unit_dir.as_deref()),
+        Cmd::Plist { which, bin } => local::plist(&which, bin),
+        Cmd::Uninstall { user: _, unit_dir } => local::uninstall(unit_dir.as_deref()),
+        Cmd::Demo { dir, listen, pace } => {
+            crate::demo::run(dir, listen, pace).map_err(|e| error::failed("harness demo", e))
+        }
+        Cmd::Run { plan, repo, worktree, project, supervised, foreground, register_only, tuning } => {
+            let how = start::How { supervised: supervised || register_only, foreground, register_only };
+            start::run_plan(&plan, repo, worktree, project, how, &tuning)
+        }
+        Cmd::Supervise { run, tuning } => start::supervise(&run, &tuning),
+        Cmd::Runs { api, json } => remote::runs(&api.client()?, json),
+        Cmd::Show { run, api, json } => remote::show(&api.client()?, &run, json),
+        Cmd::Watch { run, task, api, json, after, until_exit } => {
+            remote::watch(&api.client()?, &run, &task, remote::WatchFlags { json, after, until_exit })
+        }
+        Cmd::Steer { run, task, msg, interrupt, api } => {
+            let body = serde_json::json!({"msg": msg, "interrupt": interrupt, "by": "cli"});
+            remote::task_verb(&api.client()?, &run, &task, "steer", body)
+        }
+        Cmd::Kill { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "kill", cli_by()),
+        Cmd::Pause { run, api } => remote::run_verb(&api.client()?, &run, "pause"),
+        Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
+        Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
+        Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
+        Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
+            local::inbox_append(&run, verb, task.as_deref(), msg, interrupt, &by)
+        }
+        Cmd::Inbox(InboxCmd::Take { run }) => local::inbox_take(&run),
+        Cmd::NormalizeEvents { adapter, run, task, session, first_line, observed_ts } => {
+            start::normalize_events(adapter, &run, &task, session.as_deref(), first_line, observed_ts.as_deref())
+        }
+        Cmd::Plan(PlanCmd::Check { plan }) => local::plan_check(&plan),
+    }
+}
+
+fn cli_by() -> serde_json::Value {
+    serde_json::json!({"by": "cli"})
+}

@@ -1,0 +1,237 @@
+//! Commands that talk to the API (`runs`, `show`, `watch`, the verbs) or straight to a supervisor's
+//! control socket (`stop`, `status`). They carry requests and print answers; the tables read typed
+//! views of the API's JSON.
+
+use super::error::{CliError, during, usage};
+use super::local::{home, pointer};
+use crate::client::Client;
+use crate::ids::{RunId, TaskId};
+use crate::supervisor::control::{self, Reply, Request};
+use crate::term::{out, out_raw, print_json};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+fn client_rt() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(during("starting the client runtime"))
+}
+
+/// Turns an API answer into its JSON, or a one-line error with the API's detail.
+fn api_answer(status: u16, body: &[u8]) -> Result<serde_json::Value, CliError> {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
+    if (200..300).contains(&status) {
+        return Ok(v);
+    }
+    let detail = v["detail"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    Err(CliError::Failed(format!("{status}: {detail}")))
+}
+
+/// A row of `GET /runs`, as the table shows it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunRow {
+    run_id: String,
+    status: String,
+    wave: Option<u64>,
+    waves: Option<u64>,
+    tasks: u64,
+    #[serde(default)]
+    counts: BTreeMap<String, u64>,
+    #[serde(default)]
+    live: bool,
+    project: Option<String>,
+    branch: Option<String>,
+}
+
+/// `GET /runs/:runId`, as `show` prints it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunDetail {
+    status: String,
+    repo_root: String,
+    branch: Option<String>,
+    #[serde(default)]
+    live: bool,
+    plan: PlanView,
+}
+
+#[derive(Deserialize)]
+struct PlanView {
+    waves: Vec<WaveView>,
+}
+
+#[derive(Deserialize)]
+struct WaveView {
+    wave: u64,
+    tasks: Vec<TaskRow>,
+}
+
+#[derive(Deserialize)]
+struct TaskRow {
+    id: String,
+    adapter: Option<String>,
+    state: Option<String>,
+    detail: Option<String>,
+}
+
+fn typed<T: for<'de> Deserialize<'de>>(v: serde_json::Value, what: &str) -> Result<T, CliError> {
+    serde_json::from_value(v).map_err(during(format!("the API's answer to {what} is not what this CLI expects")))
+}
+
+fn branch(b: &Option<String>) -> String {
+    b.as_ref().map(|b| format!(" ({b})")).unwrap_or_default()
+}
+
+pub(super) fn runs(c: &Client, json: bool) -> Result<(), CliError> {
+    let (status, body) = client_rt()?.block_on(c.call("GET", "/runs", None))?;
+    let v = api_answer(status, &body)?;
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    let rows: Vec<RunRow> = typed(v, "GET /runs")?;
+    out(&format!("{:<40} {:<9} {:>5} {:>9} {:<5} {}", "RUN", "STATUS", "WAVE", "DONE", "LIVE", "PROJECT/BRANCH"));
+    for r in rows {
+        out(&format!(
+            "{:<40} {:<9} {:>5} {:>9} {:<5} {}{}",
+            r.run_id,
+            r.status,
+            r.wave.map(|w| format!("{w}/{}", r.waves.unwrap_or(0))).unwrap_or_default(),
+            format!("{}/{}", r.counts.get("committed").copied().unwrap_or(0), r.tasks),
+            if r.live { "yes" } else { "no" },
+            r.project.as_deref().unwrap_or(""),
+            branch(&r.branch),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
+    let id = RunId::parse(run).map_err(usage)?;
+    let (status, body) = client_rt()?.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
+    let v = api_answer(status, &body)?;
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
+    let live = if d.live { "supervised, live" } else { "not live" };
+    out(&format!("run {id} · {} · {}{} · {live}", d.status, d.repo_root, branch(&d.branch)));
+    for w in d.plan.waves {
+        out(&format!("wave {}", w.wave));
+        for t in w.tasks {
+            out(&format!(
+                "  {:<16} {:<7} {:<11} {}",
+                t.id,
+                t.adapter.as_deref().unwrap_or(""),
+                t.state.as_deref().unwrap_or(""),
+                t.detail.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How `watch` prints and when it stops.
+pub(super) struct WatchFlags {
+    pub json: bool,
+    pub after: Option<String>,
+    pub until_exit: bool,
+}
+
+/// Follows a task's live stream; when the run is not live, prints what its log holds (the durable
+/// pages, paged by the API's own `Harness-Next-After`/`Harness-More`).
+pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Result<(), CliError> {
+    let id = RunId::parse(run).map_err(usage)?;
+    let task = TaskId::parse(task).map_err(usage)?;
+    if let Some(a) = &flags.after {
+        crate::events::Seq::parse(a).map_err(usage)?;
+    }
+    let rt = client_rt()?;
+    let mut r = crate::render::Renderer::default();
+    let mut print = |data: &str| -> bool {
+        let v: serde_json::Value = serde_json::from_str(data).unwrap_or(serde_json::Value::Null);
+        if flags.json {
+            out(data);
+        } else {
+            out_raw(&r.render(&v));
+        }
+        !(flags.until_exit && v["type"] == "exit")
+    };
+    let path = format!("/runs/{id}/tasks/{task}/stream");
+    let status = rt.block_on(c.follow(&path, flags.after.clone(), |e| print(&e.data)))?;
+    if status == 200 {
+        return Ok(());
+    }
+    if status != 409 {
+        let (s, body) = rt.block_on(c.call("GET", &path, None))?;
+        return api_answer(s, &body).map(|_| ());
+    }
+    eprintln!("harness: run {id} is not live; its recorded events:");
+    let mut cursor = flags.after;
+    loop {
+        let page = match rt.block_on(c.events(&id, &task, cursor.as_deref()))? {
+            Ok(p) => p,
+            Err((s, body)) => return api_answer(s, &body).map(|_| ()),
+        };
+        for line in &page.lines {
+            if !print(line) {
+                return Ok(());
+            }
+        }
+        if !page.more || page.next_after.is_none() {
+            return Ok(());
+        }
+        cursor = page.next_after;
+    }
+}
+
+fn post(c: &Client, path: &str, body: serde_json::Value) -> Result<(), CliError> {
+    let (status, bytes) = client_rt()?.block_on(c.call("POST", path, Some(&body)))?;
+    let v = api_answer(status, &bytes)?;
+    out(v["detail"].as_str().map(str::to_string).unwrap_or_else(|| v.to_string()).as_str());
+    Ok(())
+}
+
+/// `steer` and `kill`: a POST to the task's verb route.
+pub(super) fn task_verb(
+    c: &Client,
+    run: &str,
+    task: &str,
+    verb: &str,
+    body: serde_json::Value,
+) -> Result<(), CliError> {
+    let run = RunId::parse(run).map_err(usage)?;
+    let task = TaskId::parse(task).map_err(usage)?;
+    post(c, &format!("/runs/{run}/tasks/{task}/{verb}"), body)
+}
+
+/// `pause` and `resume`: a POST to the run's verb route.
+pub(super) fn run_verb(c: &Client, run: &str, verb: &str) -> Result<(), CliError> {
+    let run = RunId::parse(run).map_err(usage)?;
+    post(c, &format!("/runs/{run}/{verb}"), super::cli_by())
+}
+
+/// The verbs the CLI sends straight to the supervisor's socket.
+pub(super) enum SocketVerb {
+    Stop,
+    Status,
+}
+
+pub(super) fn control_verb(run: &str, verb: SocketVerb) -> Result<(), CliError> {
+    let home = home()?;
+    let p = pointer(&home, run)?;
+    let sock = home.socket_path(&p.run_id);
+    let by = Some("cli".to_string());
+    let req = match verb {
+        SocketVerb::Stop => Request::Stop { by },
+        SocketVerb::Status => Request::Status { by },
+    };
+    let reply = client_rt()?
+        .block_on(control::request(&sock, &req, crate::timeouts::CLI_CONTROL_ANSWER))
+        .map_err(|e| CliError::Failed(format!("run {} is not live ({e})", p.run_id)))?;
+    print_json(&reply);
+    match reply {
+        Reply::Done(_) => Ok(()),
+        Reply::Refused(r) => Err(CliError::Failed(format!("{} refused by run {}: {}", req.verb(), p.run_id, r.detail))),
+    }
+}

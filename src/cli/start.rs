@@ -1,0 +1,249 @@
+//! Commands that start something: `harness api`, `harness run`, `harness supervise`, and the
+//! `normalize-events` filter. Flags are checked here; the work is `api::serve`, `runner`,
+//! `supervisor::supervise` and `normalize::normalize_lines`.
+
+use super::Tuning;
+use super::error::{CliError, during, failed, usage};
+use super::local::home;
+use crate::adapter::Adapter;
+use crate::config;
+use crate::home::Home;
+use crate::ids::RunId;
+use crate::term::out;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `harness api`'s flags.
+pub(super) struct ApiFlags {
+    pub listen: Vec<SocketAddr>,
+    pub unix: Option<PathBuf>,
+    pub allow_origin: Vec<String>,
+    pub heartbeat: Duration,
+    pub stream_buffer: usize,
+    pub slow_client_grace: Duration,
+}
+
+fn api_config(home: &Home, f: &mut ApiFlags) -> Result<crate::api::Config, CliError> {
+    if !(2..=1_000_000).contains(&f.stream_buffer) {
+        return Err(usage("--stream-buffer must be between 2 and 1000000 events"));
+    }
+    let token = config::api_token(home).map_err(usage)?;
+    if f.listen.is_empty() {
+        f.listen.push(config::api_addr().map_err(usage)?);
+    }
+    if let Some(a) = f.listen.iter().find(|a| !a.ip().is_loopback() && token.is_none()) {
+        return Err(usage(format!(
+            "--listen {a}: a non-loopback address needs a token (HARNESS_API_TOKEN or $HARNESS_HOME/api.token)"
+        )));
+    }
+    if let Ok(env) = std::env::var("HARNESS_API_ALLOW_ORIGINS") {
+        f.allow_origin.extend(env.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
+    }
+    let mut allow_origins = Vec::new();
+    for o in &f.allow_origin {
+        let n = crate::api::guard::normalize_origin(o)
+            .ok_or_else(|| usage(format!("--allow-origin {o:?}: expected scheme://host[:port]")))?;
+        allow_origins.push(n);
+    }
+    if f.heartbeat.is_zero() || f.heartbeat > Duration::from_secs(10) {
+        return Err(usage("--heartbeat must be between 1ms and 10s (proxies drop idle streams)"));
+    }
+    Ok(crate::api::Config {
+        allow_origins,
+        token,
+        heartbeat: f.heartbeat,
+        stream_buffer: f.stream_buffer,
+        slow_client_grace: f.slow_client_grace,
+        ..Default::default()
+    })
+}
+
+pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
+    let home = home()?;
+    let cfg = api_config(&home, &mut f)?;
+    crate::service::raise_fd_limit();
+    // Socket activation: take the fds before the runtime's threads exist.
+    let activated = crate::service::take_activated();
+    let opts = crate::api::ServeOptions {
+        cfg,
+        tcp: f.listen,
+        unix: f.unix,
+        bound: Vec::new(),
+        grace: crate::timeouts::API_SHUTDOWN_GRACE,
+        reload_token: true,
+    };
+    let rt = tokio::runtime::Runtime::new().map_err(during("starting the API's runtime"))?;
+    rt.block_on(crate::api::serve(home, opts, activated, crate::service::terminated()))
+        .map_err(|e| CliError::Failed(e.to_string()))
+}
+
+/// How `harness run` runs the plan.
+pub(super) struct How {
+    pub supervised: bool,
+    pub foreground: bool,
+    pub register_only: bool,
+}
+
+fn print_started(id: &RunId, plan: &crate::plan::Plan, how: &str) {
+    out(&format!("run {id} started ({how})"));
+    out(&format!("  status:  curl -s 127.0.0.1:7878/runs/{id}    (with `harness api` running)"));
+    if let Some(t) = plan.tasks.first() {
+        out(&format!("  watch:   harness watch {id} {}", t.id));
+        out(&format!("  steer:   harness steer {id} {} \"message\"", t.id));
+        out(&format!("  kill:    harness kill {id} {}", t.id));
+    }
+    out(&format!("  pause:   harness pause {id}      stop: harness stop {id}"));
+}
+
+pub(super) fn run_plan(
+    plan: &Path,
+    repo: Option<PathBuf>,
+    worktree: Option<PathBuf>,
+    project: Option<String>,
+    how: How,
+    tuning: &Tuning,
+) -> Result<(), CliError> {
+    if how.foreground && !how.supervised {
+        return Err(usage("--foreground needs --supervised (an unsupervised run always runs in the foreground)"));
+    }
+    let home = home()?;
+    let launch = crate::runner::Launch {
+        plan_path: plan,
+        repo: repo.as_deref(),
+        worktree: worktree.as_deref(),
+        project: project.as_deref(),
+        supervised: how.supervised,
+    };
+    let (plan, p) = crate::runner::register(&home, &launch).map_err(|e| match e {
+        crate::runner::RunError::Invalid(d) => CliError::Usage(d),
+        crate::runner::RunError::Failed(d) => CliError::Failed(d),
+    })?;
+    let id = p.run_id.clone();
+    if how.register_only {
+        out(&id.to_string());
+        return Ok(());
+    }
+    if !how.supervised {
+        out(&format!("run {id} started (batch, foreground)"));
+        let mut opts = tuning.options();
+        opts.batch = true;
+        return finish_supervise(&id, home, opts);
+    }
+    if how.foreground {
+        print_started(&id, &plan, "supervised in this process");
+        return finish_supervise(&id, home, tuning.options());
+    }
+    #[cfg(target_os = "macos")]
+    {
+        let bin = std::env::current_exe().map_err(during("finding this binary"))?;
+        let how = crate::launchd::start_run_agent(&bin, &home, &id).map_err(CliError::Failed)?;
+        print_started(&id, &plan, &how);
+        return Ok(());
+    }
+    #[allow(unreachable_code)]
+    let started = if crate::runner::systemd_units_available() {
+        crate::runner::start_with_systemd(&home, &id)
+    } else {
+        crate::runner::start_detached(&home, &p, &tuning.args(), &[])
+    };
+    let how = started.map_err(during(format!("starting run {id}'s supervisor")))?;
+    print_started(&id, &plan, &how);
+    Ok(())
+}
+
+pub(super) fn supervise(run: &str, tuning: &Tuning) -> Result<(), CliError> {
+    let id = RunId::parse(run).map_err(usage)?;
+    let mut opts = tuning.options();
+    // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before
+    // the runtime's threads exist (listenfd edits the environment).
+    for a in crate::service::take_activated() {
+        match a {
+            crate::service::Activated::Unix(l) if opts.listener.is_none() => opts.listener = Some(l),
+            _ => eprintln!("harness: supervise takes one Unix socket; ignoring another passed socket"),
+        }
+    }
+    finish_supervise(&id, home()?, opts)
+}
+
+fn finish_supervise(id: &RunId, home: Home, opts: crate::supervisor::Options) -> Result<(), CliError> {
+    use crate::supervisor::Ending;
+    let batch = opts.batch;
+    let rt = tokio::runtime::Runtime::new().map_err(during("starting the supervisor's runtime"))?;
+    let ending = rt
+        .block_on(crate::supervisor::supervise(home, id.clone(), opts, crate::service::terminated()))
+        .map_err(during(format!("supervising run {id}")))?;
+    match ending {
+        Ending::Finished => out(&format!("run {id} finished")),
+        Ending::AlreadyOver(d) => out(&d),
+        Ending::Interrupted => {
+            out(&format!("run {id}: supervisor interrupted; running turns were killed and will be re-dispatched"))
+        }
+        // A supervisor exits 0 on a clean ending (a restart would not help); batch reports it.
+        Ending::Failed(d) if batch => return Err(CliError::Failed(format!("run {id} failed: {d}"))),
+        Ending::Failed(d) => out(&format!("run {id} failed: {d}")),
+    }
+    Ok(())
+}
+
+/// Streams stdin through the normalizer. Lines are split in place in a large read buffer (no
+/// per-line copy); output is written whenever no more input is waiting, so the command works both as
+/// a live filter and at bulk speed.
+pub(super) fn normalize_events(
+    adapter: Adapter,
+    run: &str,
+    task: &str,
+    session: Option<&str>,
+    first_line: u64,
+    fixed_ts: Option<&str>,
+) -> Result<(), CliError> {
+    use std::io::{Read, Write};
+    const CHUNK: usize = 1 << 20;
+    if first_line == 0 {
+        return Err(usage("--first-line is 1-based"));
+    }
+    if let Some(ts) = fixed_ts {
+        humantime::parse_rfc3339_weak(ts).map_err(|e| usage(format!("--observed-ts {ts:?}: {e}")))?;
+    }
+    let writer = crate::events::Writer::new(run, task);
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    // buf[..filled] holds unread input; it grows only for a line longer than the buffer.
+    let mut buf: Vec<u8> = vec![0; 2 * CHUNK];
+    let (mut filled, mut line_no, mut eof) = (0, first_line, false);
+    let mut out: Vec<u8> = Vec::with_capacity(2 * CHUNK);
+    while !eof {
+        if buf.len() - filled < CHUNK {
+            buf.resize(filled + CHUNK, 0);
+        }
+        let n = loop {
+            match stdin.read(&mut buf[filled..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(failed("reading stdin", e)),
+            }
+        };
+        filled += n;
+        eof = n == 0;
+        let now;
+        let observed_ts = match fixed_ts {
+            Some(t) => t,
+            None => {
+                now = crate::journal::now_rfc3339();
+                &now
+            }
+        };
+        let ctx = crate::normalize::Context { run, task, session, observed_ts };
+        let used =
+            crate::normalize::normalize_lines(adapter, &buf[..filled], eof, &mut line_no, &ctx, &writer, &mut out);
+        buf.copy_within(used..filled, 0);
+        filled -= used;
+        if (n < CHUNK || out.len() >= CHUNK || eof) && !out.is_empty() {
+            if stdout.write_all(&out).and_then(|_| stdout.flush()).is_err() {
+                return Ok(()); // stdout closed: nobody is listening any more
+            }
+            out.clear();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! Where the API is and what secret it takes: the address (`$HARNESS_API_ADDR`, default
+//! 127.0.0.1:7878) and the bearer token (`$HARNESS_API_TOKEN`, else `$HARNESS_HOME/api.token`, which
+//! must be mode 0600). One policy, read by the server and the CLI alike. Reads the environment and
+//! the token file; writes nothing.
+
+use crate::home::Home;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The API's address when nothing else is said.
+pub const DEFAULT_API_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7878);
+
+/// Why the configuration cannot be used. Each names the variable or file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("HARNESS_API_ADDR {value:?}: {reason}")]
+    BadAddr { value: String, reason: String },
+    #[error("{} is mode {mode:o}: others can read it; chmod 600 {}", path.display(), path.display())]
+    LooseToken { path: PathBuf, mode: u32 },
+    #[error("{} is empty", path.display())]
+    EmptyToken { path: PathBuf },
+    #[error("cannot read the token {}: {reason}", path.display())]
+    UnreadableToken { path: PathBuf, reason: String },
+}
+
+/// The default API address: `$HARNESS_API_ADDR` or 127.0.0.1:7878.
+pub fn api_addr() -> Result<SocketAddr, ConfigError> {
+    match std::env::var("HARNESS_API_ADDR") {
+        Ok(s) if !s.is_empty() => {
+            s.parse().map_err(|e: std::net::AddrParseError| ConfigError::BadAddr { value: s, reason: e.to_string() })
+        }
+        _ => Ok(DEFAULT_API_ADDR),
+    }
+}
+
+/// The token file of a home.
+pub fn token_path(home: &Home) -> PathBuf {
+    home.root.join("api.token")
+}
+
+/// The API token: `$HARNESS_API_TOKEN`, else `$HARNESS_HOME/api.token` (refused unless mode 0600).
+pub fn api_token(home: &Home) -> Result<Option<String>, ConfigError> {
+    if let Ok(t) = std::env::var("HARNESS_API_TOKEN")
+        && !t.trim().is_empty()
+    {
+        return Ok(Some(t.trim().to_string()));
+    }
+    let path = token_path(home);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+            if mode & 0o077 != 0 {
+                return Err(ConfigError::LooseToken { path, mode });
+            }
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(ConfigError::EmptyToken { path });
+            }
+            Ok(Some(t))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::UnreadableToken { path, reason: e.to_string() }),
+    }
+}

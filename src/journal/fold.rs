@@ -1,0 +1,263 @@
+//! Replay: a journal's bytes folded into a `RunView` (run status, each task's last known facts, the
+//! durable steer queue). Replay trusts what was appended; a torn last line (a crash mid-write) and
+//! lines that do not parse are reported, never fatal. Reads the file, writes nothing.
+
+use super::{Body, JournalError, Outcome, Record, RunEvent, TaskState, VERSION, Verb};
+use crate::ids::TaskId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A queued steer not yet applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingSteer {
+    pub id: String,
+    pub task: TaskId,
+    pub msg: String,
+    pub interrupt: bool,
+    pub line: u64,
+}
+
+/// Last known facts of one task, folded from its records.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskView {
+    pub state: TaskState,
+    pub rc: Option<i32>,
+    pub detail: Option<String>,
+    pub sha: Option<String>,
+    pub session_id: Option<String>,
+    pub attempts: u32,
+    pub logfile: Option<PathBuf>,
+    /// Paths of the last implemented turn.
+    pub files: Option<Vec<String>>,
+    /// Timestamp of the last record about this task.
+    pub ts: String,
+}
+
+/// Run status, derived only from `run` records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Paused,
+    Finished,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Finished => "finished",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A line replay could not use.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BadLine {
+    pub line: u64,
+    pub reason: String,
+}
+
+/// The fold of a journal: everything the durable tier and crash recovery need.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunView {
+    pub status: RunStatus,
+    pub tasks: BTreeMap<TaskId, TaskView>,
+    pub pending_steers: Vec<PendingSteer>,
+    /// Number of valid records folded.
+    pub records: u64,
+    /// Complete lines that did not parse (e.g. a torn line followed by later appends).
+    pub bad_lines: Vec<BadLine>,
+    /// A final line with no newline that does not parse: a crash mid-write. Ignored, reported.
+    pub torn_tail: Option<BadLine>,
+    /// Timestamp of the last valid record.
+    pub last_ts: Option<String>,
+    /// Every `id` carried by a control record (steer queue ids, taken inbox entries).
+    #[serde(skip)]
+    pub control_ids: std::collections::BTreeSet<String>,
+}
+
+impl Default for RunView {
+    fn default() -> Self {
+        RunView {
+            status: RunStatus::Pending,
+            tasks: BTreeMap::new(),
+            pending_steers: Vec::new(),
+            records: 0,
+            bad_lines: Vec::new(),
+            torn_tail: None,
+            last_ts: None,
+            control_ids: std::collections::BTreeSet::new(),
+        }
+    }
+}
+
+impl RunView {
+    /// Folds one record in. Replay trusts what was appended (appends were validated); an impossible
+    /// transition found on replay (a hand-edited file) is kept as the last state and reported.
+    fn apply(&mut self, line: u64, rec: &Record) {
+        self.records += 1;
+        self.last_ts = Some(rec.ts.clone());
+        match &rec.body {
+            Body::Run(r) => {
+                self.status = match (self.status, r.event) {
+                    (RunStatus::Finished | RunStatus::Failed, RunEvent::Paused | RunEvent::Resumed) => self.status,
+                    (_, RunEvent::Started) => RunStatus::Running,
+                    (_, RunEvent::Paused) => RunStatus::Paused,
+                    (_, RunEvent::Resumed) => RunStatus::Running,
+                    (_, RunEvent::Finished) => RunStatus::Finished,
+                    (_, RunEvent::Failed) => RunStatus::Failed,
+                }
+            }
+            Body::Task(t) => {
+                let prev = self.tasks.get(&t.task).map(|v| v.state);
+                if !TaskState::can_move(prev, t.state) {
+                    let from = prev.map(|s| s.as_str()).unwrap_or("(none)");
+                    self.bad_lines.push(BadLine {
+                        line,
+                        reason: format!("task {}: invalid transition {from} -> {} (kept)", t.task, t.state),
+                    });
+                }
+                let entry = self.tasks.entry(t.task.clone()).or_insert_with(|| TaskView {
+                    state: t.state,
+                    rc: None,
+                    detail: None,
+                    sha: None,
+                    session_id: None,
+                    attempts: 0,
+                    logfile: None,
+                    files: None,
+                    ts: rec.ts.clone(),
+                });
+                entry.state = t.state;
+                entry.ts = rec.ts.clone();
+                entry.rc = t.rc;
+                entry.detail = t.detail.clone();
+                if t.sha.is_some() {
+                    entry.sha = t.sha.clone();
+                }
+                if t.session_id.is_some() {
+                    entry.session_id = t.session_id.clone();
+                }
+                if t.logfile.is_some() {
+                    entry.logfile = t.logfile.clone();
+                }
+                if t.files.is_some() {
+                    entry.files = t.files.clone();
+                }
+                if t.state == TaskState::Leased {
+                    entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
+                }
+            }
+            Body::Control(c) => {
+                if let Some(id) = &c.id {
+                    self.control_ids.insert(id.clone());
+                }
+                if c.verb != Verb::Steer {
+                    return;
+                }
+                match (c.outcome, &c.id) {
+                    (Outcome::Queued, Some(id)) => {
+                        if let (Some(task), Some(msg)) = (&c.task, &c.msg) {
+                            self.pending_steers.push(PendingSteer {
+                                id: id.clone(),
+                                task: task.clone(),
+                                msg: msg.clone(),
+                                interrupt: c.interrupt.unwrap_or(false),
+                                line,
+                            });
+                        }
+                    }
+                    (Outcome::Applied | Outcome::Refused, Some(id)) => self.pending_steers.retain(|s| &s.id != id),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Task counts by state (every state present, zero included).
+    pub fn counts(&self) -> BTreeMap<&'static str, u64> {
+        let mut m: BTreeMap<&'static str, u64> = TaskState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        for t in self.tasks.values() {
+            *m.entry(t.state.as_str()).or_default() += 1;
+        }
+        m
+    }
+
+    /// How many tasks are in `state`.
+    pub fn count(&self, state: TaskState) -> u64 {
+        self.tasks.values().filter(|t| t.state == state).count() as u64
+    }
+
+    pub fn state_of(&self, task: &TaskId) -> Option<TaskState> {
+        self.tasks.get(task).map(|t| t.state)
+    }
+}
+
+/// Folds complete lines of `buf` (which starts at line number `first_line`) into `view`. Returns the
+/// number of bytes consumed (up to and including the last newline) and the next line number.
+pub(super) fn fold_bytes(view: &mut RunView, buf: &[u8], first_line: u64) -> (usize, u64) {
+    let mut line_no = first_line;
+    let mut consumed = 0;
+    for chunk in buf.split_inclusive(|&b| b == b'\n') {
+        if chunk.last() != Some(&b'\n') {
+            break;
+        }
+        consumed += chunk.len();
+        let body = &chunk[..chunk.len() - 1];
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            match parse_line(body) {
+                Ok(rec) => view.apply(line_no, &rec),
+                Err(reason) => view.bad_lines.push(BadLine { line: line_no, reason }),
+            }
+        }
+        line_no += 1;
+    }
+    (consumed, line_no)
+}
+
+/// Parses and checks one journal line.
+pub fn parse_line(body: &[u8]) -> Result<Record, String> {
+    let rec: Record = serde_json::from_slice(body).map_err(|e| format!("not a runstate/v1 record: {e}"))?;
+    if rec.v != VERSION {
+        return Err(format!("v is {:?}, expected {VERSION:?}", rec.v));
+    }
+    Ok(rec)
+}
+
+/// Replays a journal's bytes from the start.
+pub fn replay_bytes(buf: &[u8]) -> RunView {
+    let mut view = RunView::default();
+    let (consumed, line) = fold_bytes(&mut view, buf, 1);
+    let rest = &buf[consumed..];
+    if !rest.is_empty() {
+        match parse_line(rest) {
+            // A complete record that only lacks its newline is still a record.
+            Ok(rec) => view.apply(line, &rec),
+            Err(reason) => view.torn_tail = Some(BadLine { line, reason: format!("torn tail: {reason}") }),
+        }
+    }
+    view
+}
+
+/// Replays the journal at `path`. A missing file is an empty, pending run.
+pub fn replay(path: &Path) -> Result<RunView, JournalError> {
+    match std::fs::read(path) {
+        Ok(buf) => Ok(replay_bytes(&buf)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(RunView::default()),
+        Err(source) => Err(JournalError::Io { path: path.to_path_buf(), source }),
+    }
+}

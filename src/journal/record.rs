@@ -1,0 +1,303 @@
+//! The `runstate/v1` record shapes: one journal line is a `Record` whose `kind` selects a run, task or
+//! control body; the task state machine every append is checked against. No I/O.
+
+use super::JournalError;
+use crate::ids::TaskId;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+pub const VERSION: &str = "runstate/v1";
+
+/// A task's state. `committed` is terminal; `halted` is the only failure state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    Leased,
+    Implemented,
+    Gated,
+    Reviewed,
+    Committed,
+    Halted,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 6] = [
+        TaskState::Leased,
+        TaskState::Implemented,
+        TaskState::Gated,
+        TaskState::Reviewed,
+        TaskState::Committed,
+        TaskState::Halted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Leased => "leased",
+            TaskState::Implemented => "implemented",
+            TaskState::Gated => "gated",
+            TaskState::Reviewed => "reviewed",
+            TaskState::Committed => "committed",
+            TaskState::Halted => "halted",
+        }
+    }
+
+    /// States in which a task's turn or its gate/review/commit is still ahead: a steer can re-dispatch.
+    pub fn is_terminal(self) -> bool {
+        self == TaskState::Committed
+    }
+
+    /// The state machine: `leased → implemented → gated → [reviewed] → committed`, any non-terminal
+    /// state → `halted`, and back to `leased` from `halted` (re-dispatch) or from a finished turn that
+    /// is not yet committed (a steer applied at the turn boundary).
+    pub fn can_move(from: Option<TaskState>, to: TaskState) -> bool {
+        use TaskState::*;
+        match (from, to) {
+            (None, Leased) => true,
+            (Some(Leased), Implemented) => true,
+            (Some(Implemented), Gated) => true,
+            (Some(Gated), Reviewed) | (Some(Gated), Committed) | (Some(Reviewed), Committed) => true,
+            (Some(Implemented | Gated | Reviewed | Halted), Leased) => true,
+            (Some(f), Halted) => !f.is_terminal() && f != Halted,
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Run-level lifecycle events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunEvent {
+    Started,
+    Paused,
+    Resumed,
+    Finished,
+    Failed,
+}
+
+/// The control verbs. Each one leaves a `control` record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    Steer,
+    Kill,
+    Pause,
+    Resume,
+    Stop,
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl RunEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEvent::Started => "started",
+            RunEvent::Paused => "paused",
+            RunEvent::Resumed => "resumed",
+            RunEvent::Finished => "finished",
+            RunEvent::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Queued => "queued",
+            Outcome::Applied => "applied",
+            Outcome::Refused => "refused",
+            Outcome::Noop => "noop",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Steer => "steer",
+            Verb::Kill => "kill",
+            Verb::Pause => "pause",
+            Verb::Resume => "resume",
+            Verb::Stop => "stop",
+        }
+    }
+}
+
+/// What became of a verb. A steer is `queued` when acknowledged and `applied` (same `id`) when the
+/// re-dispatch starts: the queue is the journal, so it survives restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Accepted,
+    Queued,
+    Applied,
+    Refused,
+    Noop,
+}
+
+/// One journal line. `kind` selects the body; `v` and `ts` are on every line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Always `runstate/v1`.
+    pub v: String,
+    /// RFC 3339 time of the append.
+    pub ts: String,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Body {
+    Run(RunRecord),
+    Task(TaskRecord),
+    Control(ControlRecord),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub event: RunEvent,
+    /// Who caused it (`supervisor`, `runner`, `api`, `cli`, `dynwf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub task: TaskId,
+    pub state: TaskState,
+    /// Wrapper / gate exit code (required on `halted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rc: Option<i32>,
+    /// Why (required on `halted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Commit sha (required on `committed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha: Option<String>,
+    /// The engine session this turn ran in, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// 1-based dispatch count of this task (on `leased`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The wrapper's logfile (on `leased`), so the durable tier finds it without liveness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logfile: Option<PathBuf>,
+    /// Paths the turn changed (on `implemented`, from the status line): what the commit takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlRecord {
+    pub verb: Verb,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    /// Steer message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<bool>,
+    /// Who asked (`api`, `cli`, `inbox`, `supervisor`…).
+    pub by: String,
+    pub outcome: Outcome,
+    /// Correlates a queued steer with its applied record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Record {
+    pub fn new(body: Body) -> Record {
+        Record { v: VERSION.to_string(), ts: now_rfc3339(), body }
+    }
+    pub fn run(event: RunEvent, by: &str, detail: Option<String>) -> Record {
+        Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail }))
+    }
+    /// A control record with only its required fields; set the others with struct update.
+    pub fn control(verb: Verb, by: &str, outcome: Outcome) -> ControlRecord {
+        ControlRecord { verb, task: None, msg: None, interrupt: None, by: by.into(), outcome, id: None, detail: None }
+    }
+    pub fn task(task: &TaskId, state: TaskState) -> TaskRecord {
+        TaskRecord {
+            task: task.clone(),
+            state,
+            rc: None,
+            detail: None,
+            sha: None,
+            session_id: None,
+            attempt: None,
+            logfile: None,
+            files: None,
+        }
+    }
+}
+
+impl From<TaskRecord> for Record {
+    fn from(t: TaskRecord) -> Record {
+        Record::new(Body::Task(t))
+    }
+}
+impl From<ControlRecord> for Record {
+    fn from(c: ControlRecord) -> Record {
+        Record::new(Body::Control(c))
+    }
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// Per-state required fields.
+pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
+    if rec.v != VERSION {
+        return Err(JournalError::Invalid(format!("v must be {VERSION}")));
+    }
+    match &rec.body {
+        Body::Task(t) => {
+            let missing = |field| JournalError::Missing { task: t.task.clone(), state: t.state, field };
+            match t.state {
+                TaskState::Halted if t.rc.is_none() => Err(missing("rc")),
+                TaskState::Halted if t.detail.as_deref().unwrap_or("").is_empty() => Err(missing("detail")),
+                TaskState::Committed if t.sha.as_deref().unwrap_or("").is_empty() => Err(missing("sha")),
+                _ => Ok(()),
+            }
+        }
+        Body::Control(c) => {
+            if c.verb == Verb::Steer && c.outcome == Outcome::Queued && (c.msg.is_none() || c.id.is_none()) {
+                return Err(JournalError::Invalid("a queued steer needs msg and id".into()));
+            }
+            if matches!(c.verb, Verb::Steer | Verb::Kill) && c.task.is_none() {
+                return Err(JournalError::Invalid(format!("{} needs a task", c.verb.as_str())));
+            }
+            Ok(())
+        }
+        Body::Run(_) => Ok(()),
+    }
+}

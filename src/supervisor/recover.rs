@@ -1,0 +1,111 @@
+//! Crash recovery: what a supervisor does on start before it dispatches anything. The journal wins:
+//! orphaned process groups of a dead supervisor are killed, committed tasks are skipped, a commit
+//! that exists without its `committed` record gets the record (never a second commit), a turn that
+//! was in flight is re-dispatched (resumed with its session when it has one), and a task past its
+//! turn continues at its next stage. Liveness is rebuilt from what actually runs.
+
+use super::pipeline::Start;
+use super::{Scheduler, SupervisorError, kill};
+use crate::exit;
+use crate::journal::{Record, TaskState};
+use crate::liveness;
+use crate::timeouts;
+use std::path::{Path, PathBuf};
+
+impl Scheduler {
+    /// Crash recovery: the journal wins. Orphaned groups of a dead supervisor are killed; committed
+    /// tasks are skipped; a commit that exists without its `committed` record gets the record; a
+    /// turn that was in flight is re-dispatched (resumed with its session when it has one); a task
+    /// past its turn continues at its next stage. Liveness is rebuilt from what actually runs.
+    pub(super) async fn recover(&mut self, live: Option<&Path>, sock: Option<PathBuf>) -> Result<(), SupervisorError> {
+        let ctx = self.ctx.clone();
+        if let Some(path) = live {
+            if let Ok(Some(old)) = liveness::get(path) {
+                for (task, t) in &old.tasks {
+                    // A group whose leader (the wrapper) is dead but which still has members is the
+                    // wrapper's leftovers (a live group id is never handed to another process);
+                    // a live leader must still look like a wrapper (not a recycled pid).
+                    let leader_dead = !liveness::pid_alive(t.pid);
+                    if kill::group_alive(t.pgid) && (leader_dead || looks_like_ours(t.pid)) {
+                        tracing::warn!(RUN_ID = %ctx.run_id, TASK = %task, pgid = t.pgid, "killing an orphaned turn of a previous supervisor");
+                        kill::kill_group(t.pgid, ctx.kill_grace).await;
+                    }
+                }
+            }
+            // Turns of a dead supervisor that liveness never recorded: found by their command line,
+            // which names this run's prompt files.
+            let prompts = ctx.pointer.runstate_dir.join(format!("{}.prompts/", ctx.pointer.slug));
+            for pgid in kill::groups_mentioning(&prompts.to_string_lossy()) {
+                tracing::warn!(RUN_ID = %ctx.run_id, pgid, "killing an unrecorded turn of a previous supervisor");
+                kill::kill_group(pgid, ctx.kill_grace).await;
+            }
+            let paused = self.paused;
+            liveness::update(path, &ctx.run_id, |l| {
+                l.sock = sock.clone();
+                l.supervisor_pid = Some(std::process::id() as i32);
+                l.paused = paused;
+                l.tasks.clear();
+            })?;
+        }
+        let view = self.view()?;
+        for task in &ctx.plan.tasks {
+            let Some(t) = view.tasks.get(&task.id) else { continue };
+            let wt = &ctx.pointer.worktree;
+            match t.state {
+                TaskState::Committed | TaskState::Halted => {}
+                TaskState::Gated | TaskState::Reviewed => {
+                    // A commit the dead supervisor started may still be finishing.
+                    crate::git::wait_index_unlocked(wt, timeouts::INDEX_LOCK_WAIT);
+                    if let Some(sha) = crate::git::find_task_commit(wt, ctx.run_id.as_str(), task.id.as_str()) {
+                        let mut r = Record::task(&task.id, TaskState::Committed);
+                        r.sha = Some(sha);
+                        r.detail = Some("recovered: the commit existed, its record did not".into());
+                        ctx.journal.append(&r.into())?;
+                    } else if t.state == TaskState::Gated && task.review {
+                        self.resume_at.insert(task.id.clone(), Start::Review);
+                    } else {
+                        self.resume_at.insert(task.id.clone(), Start::Commit);
+                    }
+                }
+                TaskState::Implemented => {
+                    self.resume_at.insert(task.id.clone(), Start::Gate);
+                }
+                TaskState::Leased => {
+                    let mut r = Record::task(&task.id, TaskState::Halted);
+                    r.rc = Some(exit::LOST);
+                    r.detail = Some("turn lost: the supervisor stopped while it ran".into());
+                    r.session_id = t.session_id.clone();
+                    ctx.journal.append(&r.into())?;
+                    let start = match &t.session_id {
+                        Some(sid) => Start::Turn {
+                            prompt: format!(
+                                "The previous turn was interrupted (the supervisor restarted). Continue the task:\n\n{}",
+                                task.prompt
+                            ),
+                            resume: Some(sid.clone()),
+                            note: Some("recovery: resumed after a supervisor restart".into()),
+                        },
+                        None => Start::Turn {
+                            prompt: task.prompt.clone(),
+                            resume: None,
+                            note: Some("recovery: re-dispatched after a supervisor restart".into()),
+                        },
+                    };
+                    self.resume_at.insert(task.id.clone(), start);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A pid whose command line mentions a wrapper script: a previous supervisor's turn, not a
+/// recycled pid of something else.
+fn looks_like_ours(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains("na.sh") || c.contains("ca.sh") || c.contains("codex.sh") || c.contains("sh\0-c")
+        })
+        .unwrap_or(false)
+}

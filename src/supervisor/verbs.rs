@@ -1,0 +1,231 @@
+//! The scheduler's side of the control verbs (`spec/CONTROL.md`): status, pause/resume, stop, kill
+//! and steer, each decided against the journal and journaled — refusals included — before it is
+//! answered. Kill answers once the task's pipeline has ended (`finished` in `mod.rs` sends it).
+
+use super::control::{Answer, Envelope, Refusal, Reply, Request, Shown, TaskStatus, True, refuse};
+use super::{PendingKill, Scheduler, kill};
+use crate::ids::TaskId;
+use crate::journal::{self, ControlRecord, Outcome, Record, RunEvent, Verb};
+use crate::liveness;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Who a verb is journaled as when the request names nobody.
+const DEFAULT_BY: &str = "socket";
+
+impl Scheduler {
+    fn journal_control(&self, rec: ControlRecord) -> Result<(), Refusal> {
+        self.ctx
+            .journal
+            .append(&rec.into())
+            .map(|_| ())
+            .map_err(|e| refuse(500, format!("journal append failed, nothing was done: {e}")))
+    }
+
+    /// Answers one request (kill: once its task's pipeline has ended).
+    pub(super) async fn handle(&mut self, env: Envelope) {
+        let Envelope { req, reply } = env;
+        let by = journal::clip_by(req.by().filter(|b| !b.is_empty()).unwrap_or(DEFAULT_BY));
+        tracing::info!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), TASK = req.task().map(TaskId::as_str).unwrap_or(""), by = %by, "control verb");
+        self.idle_since = None;
+        let answer: Result<Answer, Refusal> = match &req {
+            Request::Status { .. } => Ok(self.status()),
+            Request::Pause { .. } => self.pause(true, &by),
+            Request::Resume { .. } => self.pause(false, &by),
+            Request::Stop { .. } => self.stop(&by),
+            Request::Kill { task, .. } => match self.kill(task, &by) {
+                Ok(Some(answer)) => Ok(answer),
+                Ok(None) => {
+                    let started = Instant::now();
+                    self.kill_replies.entry(task.clone()).or_default().push(PendingKill { reply, started });
+                    return; // answered when the pipeline ends
+                }
+                Err(r) => Err(r),
+            },
+            Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
+        };
+        let _ = reply.send(answer.map_or_else(Reply::from, Reply::from));
+    }
+
+    fn status(&self) -> Answer {
+        let view = self.view().unwrap_or_default();
+        let running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+        let tasks = self
+            .ctx
+            .plan
+            .tasks
+            .iter()
+            .map(|t| {
+                let v = view.tasks.get(&t.id);
+                let status = TaskStatus {
+                    pgid: running.get(&t.id).and_then(|p| p.pgid),
+                    running: running.contains_key(&t.id),
+                    session_id: v.and_then(|v| v.session_id.clone()),
+                    state: v.map(|v| v.state).into(),
+                };
+                (t.id.clone(), status)
+            })
+            .collect();
+        Answer::Status {
+            ok: True,
+            paused: self.paused,
+            pending_steers: view.pending_steers.len(),
+            run: self.ctx.run_id.clone(),
+            status: view.status,
+            tasks,
+        }
+    }
+
+    fn pause(&mut self, pause: bool, by: &str) -> Result<Answer, Refusal> {
+        let verb = if pause { Verb::Pause } else { Verb::Resume };
+        let noop = self.paused == pause;
+        self.journal_control(ControlRecord {
+            detail: noop.then(|| format!("already {}", if pause { "paused" } else { "running" })),
+            ..Record::control(verb, by, if noop { Outcome::Noop } else { Outcome::Accepted })
+        })?;
+        if !noop {
+            let event = if pause { RunEvent::Paused } else { RunEvent::Resumed };
+            self.ctx
+                .journal
+                .append(&Record::run(event, by, None))
+                .map_err(|e| refuse(500, format!("journal append failed: {e}")))?;
+            self.paused = pause;
+            if let Some(p) = &self.ctx.liveness {
+                let _ = liveness::update(p, &self.ctx.run_id, |l| l.paused = pause);
+            }
+        }
+        let in_flight = self.running_count();
+        let detail = match (pause, noop) {
+            (true, true) => "already paused".to_string(),
+            (false, true) => "not paused".to_string(),
+            (true, false) => format!(
+                "paused: no new task or turn will be dispatched; {in_flight} running turn(s) continue (an in-flight model call cannot be frozen)"
+            ),
+            (false, false) => "resumed: dispatching again".to_string(),
+        };
+        Ok(Answer::Pause { detail, ok: True, paused: self.paused, running: in_flight })
+    }
+
+    fn stop(&mut self, by: &str) -> Result<Answer, Refusal> {
+        self.journal_control(Record::control(Verb::Stop, by, Outcome::Accepted))?;
+        let reason = format!("stopped by {by}");
+        self.stopping = Some(reason.clone());
+        self.kill_all(&reason);
+        let detail = format!("{reason}: killing {} running task(s); the run ends failed", self.running_count());
+        Ok(Answer::Stop { detail, ok: True })
+    }
+
+    pub(super) fn kill_all(&self, by: &str) {
+        let mut running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+        for p in running.values_mut() {
+            p.killed_by = Some(by.to_string());
+            if let Some(g) = p.pgid {
+                tokio::spawn(kill::kill_group(g, self.ctx.kill_grace));
+            }
+        }
+    }
+
+    fn task_of(&self, id: &TaskId) -> Result<crate::plan::Task, Refusal> {
+        self.ctx.plan.task(id).cloned().ok_or_else(|| refuse(404, format!("run {} has no task {id}", self.ctx.run_id)))
+    }
+
+    /// Journals the kill and signals the task's group. `Ok(None)`: the answer comes when the
+    /// pipeline ends; `Ok(Some)`: a no-op (the task is not running), answered now.
+    fn kill(&mut self, id: &TaskId, by: &str) -> Result<Option<Answer>, Refusal> {
+        let task = self.task_of(id)?;
+        let running = self.running(&task.id);
+        self.journal_control(ControlRecord {
+            task: Some(task.id.clone()),
+            detail: (!running).then(|| "task is not running".to_string()),
+            ..Record::control(Verb::Kill, by, if running { Outcome::Accepted } else { Outcome::Noop })
+        })?;
+        if running {
+            self.signal_kill(&task.id, by);
+            return Ok(None);
+        }
+        let view = self.view().unwrap_or_default();
+        let t = view.tasks.get(&task.id);
+        Ok(Some(Answer::Kill {
+            detail: Some("task is not running".into()),
+            elapsed_ms: None,
+            noop: Some(true),
+            ok: True,
+            rc: t.and_then(|t| t.rc),
+            state: t.map(|t| t.state).into(),
+            task: task.id,
+        }))
+    }
+
+    /// The answer a waiting kill gets once its task's pipeline has ended.
+    pub(super) fn kill_answered(&self, task: &TaskId, reply: oneshot::Sender<Reply>, started: Instant) {
+        let view = self.view().unwrap_or_default();
+        let t = view.tasks.get(task);
+        let _ = reply.send(Reply::Done(Answer::Kill {
+            detail: t.and_then(|s| s.detail.clone()),
+            elapsed_ms: Some(started.elapsed().as_millis() as u64),
+            noop: None,
+            ok: True,
+            rc: t.and_then(|s| s.rc),
+            state: Shown::from(t.map(|s| s.state)),
+            task: task.clone(),
+        }));
+    }
+
+    fn signal_kill(&self, task: &TaskId, by: &str) {
+        let mut running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = running.get_mut(task) {
+            p.killed_by = Some(by.to_string());
+            if let Some(g) = p.pgid {
+                tokio::spawn(kill::kill_group(g, self.ctx.kill_grace));
+            }
+        }
+    }
+
+    fn steer(&mut self, id: &TaskId, msg: &str, interrupt: bool, by: &str) -> Result<Answer, Refusal> {
+        let task = self.task_of(id)?;
+        journal::check_steer_msg(msg).map_err(|e| refuse(400, e))?;
+        let running = self.running(&task.id);
+        let steer_id = uuid::Uuid::new_v4().to_string();
+        let refused = |detail: String| ControlRecord {
+            task: Some(task.id.clone()),
+            msg: Some(msg.to_string()),
+            interrupt: Some(interrupt),
+            id: Some(steer_id.clone()),
+            detail: Some(detail),
+            ..Record::control(Verb::Steer, by, Outcome::Refused)
+        };
+        // Decided and recorded under the journal lock: no window between check and queue.
+        let queued = ControlRecord { outcome: Outcome::Queued, detail: None, ..refused(String::new()) };
+        let seat = task.adapter.is_verdict_seat();
+        let mut why: Option<String> = None;
+        let appended = self.ctx.journal.append_checked(&queued.into(), |v| {
+            why = journal::SteerRefusal::check(seat, v.tasks.get(&task.id), !running).map(|r| match r {
+                journal::SteerRefusal::VerdictSeat => format!("{} (kill is allowed)", r.detail(&task.id)),
+                _ => r.detail(&task.id),
+            });
+            match &why {
+                Some(d) => Err(journal::JournalError::Invalid(d.clone())),
+                None => Ok(()),
+            }
+        });
+        match (appended, why) {
+            (Ok(_), _) => {}
+            (Err(_), Some(detail)) => {
+                self.journal_control(refused(detail.clone()))?;
+                return Err(refuse(409, detail));
+            }
+            (Err(e), None) => return Err(refuse(500, format!("journal append failed, nothing was queued: {e}"))),
+        }
+        let detail = if interrupt && running {
+            self.signal_kill(&task.id, &format!("steer {steer_id} (interrupt)"));
+            "queued; interrupting the current turn, then resuming the session with the message"
+        } else if running {
+            "queued: applied at the task's turn boundary (resume of its session with the message)"
+        } else if self.paused {
+            "queued: the run is paused; applied when it resumes"
+        } else {
+            "queued: applying now (resume of the task's session with the message)"
+        };
+        Ok(Answer::Steer { detail: detail.into(), id: steer_id, ok: True, task: task.id })
+    }
+}

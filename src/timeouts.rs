@@ -1,0 +1,35 @@
+//! Every fixed timeout of the crate that is not a user's flag, named once with why it is that long.
+//! (The flags' defaults — kill grace, linger, turn and gate timeouts — live with the flags in `cli`.)
+//! Constants only.
+
+use std::time::Duration;
+
+/// Connecting to a supervisor's control socket: a live one accepts at once.
+pub const CONTROL_CONNECT: Duration = Duration::from_secs(2);
+/// The API waiting for a supervisor's answer to a verb. A kill answers once the task's group is gone,
+/// so this allows for the kill grace.
+pub const CONTROL_ANSWER: Duration = Duration::from_secs(60);
+/// The CLI's own control-socket verbs (`harness stop`, `harness status`).
+pub const CLI_CONTROL_ANSWER: Duration = Duration::from_secs(30);
+/// The demo's `stop` of its run when it exits.
+pub const DEMO_STOP: Duration = Duration::from_secs(10);
+/// A supervisor waits this long for answers it gave to be written before it exits.
+pub const ANSWER_DRAIN: Duration = Duration::from_secs(2);
+/// Watchdog period when the service manager sets none.
+pub const SUPERVISOR_WATCHDOG: Duration = Duration::from_secs(10);
+/// The API's status/watchdog period when the service manager sets none.
+pub const API_WATCHDOG: Duration = Duration::from_secs(5);
+/// In-flight HTTP responses get this long to finish on shutdown.
+pub const API_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// A client gets this long to send its request head (slowloris defence).
+pub const HEADER_READ: Duration = Duration::from_secs(10);
+/// The CLI's HTTP connect.
+pub const CLIENT_CONNECT: Duration = Duration::from_secs(5);
+/// A detached supervisor must open its socket within this long.
+pub const SUPERVISOR_START: Duration = Duration::from_secs(15);
+/// Waiting for git's `index.lock` to go away (a commit of a dead supervisor may still be finishing).
+pub const INDEX_LOCK_WAIT: Duration = Duration::from_secs(30);
+/// After SIGKILL, how long a process group gets to disappear.
+pub const KILL_REAP: Duration = Duration::from_secs(2);
+/// Reading what a finished child wrote to stdout (a descendant may hold the pipe open).
+pub const CHILD_STDOUT: Duration = Duration::from_secs(2);
