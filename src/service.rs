@@ -39,40 +39,42 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// Resolves when the first of `signals` arrives (signal-hook-tokio); never, when handlers cannot be
-/// installed (logged).
-async fn first_of(signals: &[i32], mut each: impl FnMut(i32) -> bool) {
-    use futures_util::StreamExt;
-    let mut stream = match signal_hook_tokio::Signals::new(signals) {
-        Ok(s) => s,
+/// Handlers for `signals`, installed now (so a signal that arrives before the stream is first polled
+/// is not lost, nor left to its default action); `None` when they cannot be installed (logged).
+fn install(signals: &[i32]) -> Option<signal_hook_tokio::Signals> {
+    match signal_hook_tokio::Signals::new(signals) {
+        Ok(s) => Some(s),
         Err(e) => {
             tracing::error!(error = %e, "cannot install signal handlers");
-            return std::future::pending().await;
-        }
-    };
-    while let Some(sig) = stream.next().await {
-        if each(sig) {
-            return;
+            None
         }
     }
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.
 pub async fn terminated() {
+    use futures_util::StreamExt;
     use signal_hook::consts::{SIGINT, SIGTERM};
-    first_of(&[SIGTERM, SIGINT], |_| true).await
+    match install(&[SIGTERM, SIGINT]) {
+        Some(mut s) => drop(s.next().await),
+        None => std::future::pending().await,
+    }
 }
 
-/// Calls `reload` on every SIGHUP, telling the service manager RELOADING then READY around it.
-/// Runs until the process ends.
-pub async fn on_hangup(mut reload: impl FnMut()) {
-    first_of(&[signal_hook::consts::SIGHUP], |_| {
-        notify(&[sd_notify::NotifyState::Reloading]);
-        reload();
-        notify(&[sd_notify::NotifyState::Ready]);
-        false
-    })
-    .await
+/// Installs a SIGHUP handler now (SIGHUP's default action ends the process) and returns the task
+/// that calls `reload` on every SIGHUP, telling the service manager RELOADING then READY around it.
+/// Call from within the runtime, before the process says it is ready.
+pub fn on_hangup(mut reload: impl FnMut() + Send + 'static) -> impl std::future::Future<Output = ()> + Send {
+    use futures_util::StreamExt;
+    let signals = install(&[signal_hook::consts::SIGHUP]);
+    async move {
+        let Some(mut signals) = signals else { return std::future::pending().await };
+        while signals.next().await.is_some() {
+            notify(&[sd_notify::NotifyState::Reloading]);
+            reload();
+            notify(&[sd_notify::NotifyState::Ready]);
+        }
+    }
 }
 
 /// A listening socket handed over by the service manager.

@@ -4,6 +4,9 @@
 //!
 //! `LineIndex` remembers the byte offset of every 4096th line of each file (keyed by path and
 //! inode), so resuming at line N of a large log seeks close to it instead of rescanning the file.
+//! Each file's index has its own lock, held while that file is scanned: a deep resume in one log
+//! never waits on, or makes wait, a stream of another. Scans block: async callers run them on the
+//! blocking pool.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -25,10 +28,11 @@ struct FileIndex {
     next_line: u64,
 }
 
-/// Sparse line-offset index shared by all streams of a process.
+/// Sparse line-offset index shared by all streams of a process. The map's lock is held only to find
+/// a file's entry; the entry's own lock guards its scan.
 #[derive(Default)]
 pub struct LineIndex {
-    files: Mutex<HashMap<PathBuf, FileIndex>>,
+    files: Mutex<HashMap<PathBuf, Arc<Mutex<FileIndex>>>>,
 }
 
 impl LineIndex {
@@ -38,8 +42,9 @@ impl LineIndex {
         let line = line.max(1);
         let mut f = File::open(path)?;
         let meta = f.metadata()?;
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        let idx = files.entry(path.to_path_buf()).or_default();
+        let entry = self.files.lock().unwrap_or_else(|p| p.into_inner()).entry(path.to_path_buf()).or_default().clone();
+        let mut guard = entry.lock().unwrap_or_else(|p| p.into_inner());
+        let idx = &mut *guard;
         if idx.ino != meta.ino() || meta.len() < idx.scanned || idx.offsets.is_empty() {
             *idx = FileIndex { ino: meta.ino(), offsets: vec![0], scanned: 0, next_line: 1 };
         }
@@ -47,7 +52,7 @@ impl LineIndex {
             // Inside the indexed part: from the nearest indexed line, scan without extending.
             let k = ((line - 1) / STRIDE) as usize;
             let (pos, cur) = (idx.offsets[k], k as u64 * STRIDE + 1);
-            drop(files);
+            drop(guard);
             return scan(&mut f, pos, cur, line, |_, _| {});
         }
         // Beyond it: scan from its end, extending the index as we go.

@@ -57,9 +57,9 @@ pub async fn serve(
     activated: Vec<Activated>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let listeners = listen(opts.tcp, opts.unix, opts.bound, activated).await?;
     let (tx, rx) = watch::channel(false);
     let api = Arc::new(Api::new(home.clone(), opts.cfg, rx.clone()));
+    // The SIGHUP handler is in place before any listener is announced.
     if opts.reload_token {
         let reload = api.clone();
         tokio::spawn(crate::service::on_hangup(move || match crate::config::api_token(&home) {
@@ -70,6 +70,7 @@ pub async fn serve(
             Err(e) => tracing::error!(error = %e, "SIGHUP: token not reloaded, keeping the old one"),
         }));
     }
+    let listeners = listen(opts.tcp, opts.unix, opts.bound, activated).await?;
     let n = listeners.len();
     let watched = api.clone();
     // READY once serving; the watchdog is fed from the runtime that serves, so a hung runtime is

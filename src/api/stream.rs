@@ -102,7 +102,7 @@ pub fn sse(api: Arc<Api>, src: Source, after: Option<Seq>) -> Response<Body> {
     let api2 = api.clone();
     tokio::spawn(async move {
         api2.streams.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        produce(&api2, src, after, tx).await;
+        produce(api2.clone(), src, after, tx).await;
         api2.streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     });
     let mut r = Response::new(StreamBody::new(stream).boxed());
@@ -112,13 +112,18 @@ pub fn sse(api: Arc<Api>, src: Source, after: Option<Seq>) -> Response<Body> {
     r
 }
 
-async fn produce(api: &Api, src: Source, after: Option<Seq>, tx: mpsc::Sender<Bytes>) {
+async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sender<Bytes>) {
     let run = src.pointer.run_id.to_string();
     let task = src.task.to_string();
     let w = Writer::new(&run, &task);
     let mut shutdown = api.shutdown.clone();
     let start_line = after.map(|s| s.line).unwrap_or(1);
-    let mut tail = match Tail::at_line(&api.index, &src.logfile, start_line) {
+    // Finding line N of a large log scans it: on the blocking pool, never on an async worker.
+    let (a, log) = (api.clone(), src.logfile.clone());
+    let found = tokio::task::spawn_blocking(move || Tail::at_line(&a.index, &log, start_line))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    let mut tail = match found {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "cannot open the log");

@@ -212,6 +212,7 @@ enum Cmd {
     /// Normalize an engine's raw stream (stdin) into events/v1 JSON lines (stdout).
     NormalizeEvents {
         /// claude, cursor or codex.
+        #[arg(value_parser = |s: &str| s.parse::<Adapter>())]
         adapter: Adapter,
         #[arg(long, default_value = "-")]
         run: String,
