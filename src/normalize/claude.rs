@@ -147,16 +147,32 @@ fn system<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
     })
 }
 
+/// Message and block framing: the complete block arrives as its `assistant` line, usage and stop
+/// reason in `result`. Nothing is shown for them.
+const FRAMING: [&str; 6] =
+    ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop", "ping"];
+
+/// The event's kind when it is the object's first key (as the CLI writes it): `{"type":"…",` or
+/// `{"type":"…"}`. The raw value is already known to be valid JSON (the line parsed).
+fn leading_kind(raw: &str) -> Option<&str> {
+    let rest = raw.strip_prefix("{\"type\":\"")?;
+    let end = rest.find('"')?;
+    let kind = &rest[..end];
+    let after = rest.as_bytes().get(end + 1)?;
+    (!kind.contains('\\') && matches!(after, b',' | b'}')).then_some(kind)
+}
+
 fn stream_event<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
     let raw = l.event.ok_or_else(|| Refusal::Shape("claude stream_event line without an event object".into()))?;
+    // Framing events are half the bytes of a partial-messages stream and map to nothing: their kind
+    // is read off the front instead of parsing the object a second time.
+    if leading_kind(raw.get()).is_some_and(|k| FRAMING.contains(&k)) {
+        return Ok(vec![]);
+    }
     let ev: StreamEvent = serde_json::from_str(raw.get())
         .map_err(|e| Refusal::Shape(format!("claude stream_event with a broken event: {e}")))?;
     Ok(match ev.kind.as_ref() {
-        // Message/block framing: the complete block arrives as its `assistant` line, usage and
-        // stop reason in `result`.
-        "message_start" | "content_block_start" | "content_block_stop" | "message_delta" | "message_stop" | "ping" => {
-            vec![]
-        }
+        k if FRAMING.contains(&k) => vec![],
         "content_block_delta" => {
             let d = ev.delta.ok_or_else(|| Refusal::Shape("claude content_block_delta without delta".into()))?;
             match d.kind.as_deref().unwrap_or("") {

@@ -64,9 +64,16 @@ struct ExitMarker<'a> {
 
 /// Normalizes one raw line. `line` may end with `\n`/`\r\n`; blank lines yield nothing.
 pub fn normalize_line<'a>(adapter: Adapter, line_no: u64, line: &'a [u8], ctx: &Context<'a>) -> Vec<Event<'a>> {
+    let mut out = Vec::new();
+    each_event(adapter, line_no, line, ctx, |e| out.push(e));
+    out
+}
+
+/// Like `normalize_line`, handing each event to `f` in order instead of collecting them.
+pub fn each_event<'a>(adapter: Adapter, line_no: u64, line: &'a [u8], ctx: &Context<'a>, mut f: impl FnMut(Event<'a>)) {
     let trimmed = trim(line);
     if trimmed.is_empty() {
-        return Vec::new();
+        return;
     }
     let mapped = match std::str::from_utf8(trimmed) {
         Err(e) => Err(Data::error(format!("not UTF-8 (invalid byte at offset {})", e.valid_up_to()), Some(trimmed))),
@@ -79,17 +86,16 @@ pub fn normalize_line<'a>(adapter: Adapter, line_no: u64, line: &'a [u8], ctx: &
     let session = session.or_else(|| ctx.session.map(Cow::Borrowed));
     let ts = ts.unwrap_or(Cow::Borrowed(ctx.observed_ts));
     let n = data.len();
-    data.into_iter()
-        .enumerate()
-        .map(|(i, d)| Event {
+    for (i, d) in data.into_iter().enumerate() {
+        f(Event {
             run: ctx.run,
             task: ctx.task,
             session: session.clone(),
             seq: Seq { line: line_no, sub: if n == 1 { 0 } else { i as u32 + 1 } },
             ts: ts.clone(),
             data: d,
-        })
-        .collect()
+        });
+    }
 }
 
 fn trim(line: &[u8]) -> &[u8] {
@@ -197,9 +203,7 @@ pub fn normalize_lines(
     let mut rest = &input[..complete];
     while !rest.is_empty() {
         let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1);
-        for e in normalize_line(adapter, *line_no, &rest[..end], ctx) {
-            w.write_line(&e, out);
-        }
+        each_event(adapter, *line_no, &rest[..end], ctx, |e| w.write_line(&e, out));
         *line_no += 1;
         rest = &rest[end..];
     }
