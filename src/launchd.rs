@@ -1,7 +1,9 @@
 //! launchd (macOS): the API agent plist and one plist per supervised run (launchd has no unit
-//! templates), and receiving sockets with `launch_activate_socket`. Plist generation is portable
-//! and tested everywhere; the FFI part only compiles on macOS (it cannot be built or run on the
-//! Linux machines this project is tested on, so it is kept to a few lines).
+//! templates), starting a run's supervisor agent (`start_run_agent`: writes its plist and bootstraps
+//! it, what `harness run --supervised` does on macOS), and receiving sockets with
+//! `launch_activate_socket`. Plist generation is portable and tested everywhere; the rest only
+//! compiles on macOS (it cannot be built or run on the Linux machines this project is tested on, so
+//! it is kept to a few lines).
 
 use crate::home::Home;
 use crate::ids::RunId;

@@ -155,31 +155,8 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
                 if after.is_some_and(|a| e.seq <= a) {
                     continue;
                 }
-                if let Some((first, last)) = dropped {
-                    let note = overflow_event(&run, &task, first, last);
-                    match tx.try_send(sse_frame(&w, &note, false)) {
-                        Ok(()) => dropped = None,
-                        Err(TrySendError::Full(_)) => {
-                            dropped = Some((first, e.seq));
-                            continue;
-                        }
-                        Err(TrySendError::Closed(_)) => return,
-                    }
-                }
-                if dropped.is_some() {
-                    // Already dropping: no waiting until the notice got through.
-                    dropped = Some((dropped.map(|d| d.0).unwrap_or(e.seq), e.seq));
-                    continue;
-                }
-                // The log is the real buffer: wait for the client (backpressure) — but a client
-                // that takes nothing for the grace period starts losing events, reported.
-                match tokio::time::timeout(api.cfg.slow_client_grace, tx.reserve()).await {
-                    Ok(Ok(permit)) => permit.send(sse_frame(&w, &e, true)),
-                    Ok(Err(_)) => return,
-                    Err(_) => {
-                        dropped = Some((e.seq, e.seq));
-                        tracing::debug!(RUN_ID = %run, TASK = %task, SEQ = %e.seq, "slow client: dropping");
-                    }
+                if deliver(&api, &tx, &w, &mut dropped, &e).await.is_err() {
+                    return;
                 }
             }
         }
@@ -229,6 +206,41 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
             }
         }
     }
+}
+
+/// The client has gone: stop producing.
+struct Gone;
+
+/// Sends one event, or counts it into the dropped range. The log is the real buffer: a client that
+/// reads slowly is waited for (backpressure), but one that takes nothing for the grace period starts
+/// losing events; the range lost is reported to it as one `error` event as soon as it has room.
+async fn deliver(
+    api: &Api,
+    tx: &mpsc::Sender<Bytes>,
+    w: &Writer,
+    dropped: &mut Option<(Seq, Seq)>,
+    e: &Event<'_>,
+) -> Result<(), Gone> {
+    if let Some((first, last)) = *dropped {
+        let note = overflow_event(e.run, e.task, first, last);
+        match tx.try_send(sse_frame(w, &note, false)) {
+            Ok(()) => *dropped = None,
+            Err(TrySendError::Full(_)) => {
+                *dropped = Some((first, e.seq));
+                return Ok(());
+            }
+            Err(TrySendError::Closed(_)) => return Err(Gone),
+        }
+    }
+    match tokio::time::timeout(api.cfg.slow_client_grace, tx.reserve()).await {
+        Ok(Ok(permit)) => permit.send(sse_frame(w, e, true)),
+        Ok(Err(_)) => return Err(Gone),
+        Err(_) => {
+            *dropped = Some((e.seq, e.seq));
+            tracing::debug!(RUN_ID = %e.run, TASK = %e.task, SEQ = %e.seq, "slow client: dropping");
+        }
+    }
+    Ok(())
 }
 
 fn overflow_event<'a>(run: &'a str, task: &'a str, first: Seq, last: Seq) -> Event<'a> {

@@ -41,7 +41,8 @@ impl TaskState {
         }
     }
 
-    /// States in which a task's turn or its gate/review/commit is still ahead: a steer can re-dispatch.
+    /// `committed` is the only terminal state: nothing follows it (no re-dispatch, no halt, no
+    /// steer). Every other state, `halted` included, can move on.
     pub fn is_terminal(self) -> bool {
         self == TaskState::Committed
     }
