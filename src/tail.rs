@@ -75,9 +75,12 @@ fn scan(f: &mut File, mut pos: u64, mut cur: u64, want: u64, mut seen: impl FnMu
         return Ok((pos, cur));
     }
     f.seek(SeekFrom::Start(pos))?;
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; 1 << 18];
     let mut line_start = pos;
     loop {
+        // A long scan gives way between chunks, so the threads serving other streams on this core
+        // run as soon as they are ready instead of after the scan's time slice.
+        std::thread::yield_now();
         let n = f.read(&mut buf)?;
         if n == 0 {
             return Ok((line_start, cur));
