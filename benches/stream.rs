@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use support::{ApiProc, Proc, status_kb};
 
 /// A supervised run whose task hangs (so /stream is live); returns (home, run id, log path, guard).
-fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, Proc) {
+fn live_run(dir: &Path) -> (PathBuf, String, PathBuf, (Proc, support::HomeReaper)) {
     let home = dir.join("home");
     let (run, logs, guard) = support::hanging_run(dir, &home, "bench", 1);
     (home, run, logs.join("T0.log"), guard)

@@ -1,6 +1,8 @@
 //! The run's repository: task commits carrying `Harness-Run` / `Harness-Task` / `Harness-Attempt`
-//! trailers (so crash recovery can tell a commit it already made), the diff a reviewer reads, and
-//! keeping the runstate directory out of `git status`.
+//! trailers (so crash recovery can tell a commit it already made), the diff a reviewer reads,
+//! keeping the runstate directory out of `git status`, and the task worktrees: one per task on a
+//! task branch, whose commit is brought onto the run's branch by `integrate` (fast-forward, or a
+//! rebase onto the tip; a conflict is aborted and reported with its paths).
 //!
 //! Every call is a `git` child process in the worktree; nothing here touches the journal.
 
@@ -107,15 +109,120 @@ pub fn commit_task(
         git(worktree, &args)?;
     }
     let message = format!("{subject}\n\n{}", trailers(run_id, task, attempt));
-    let mut args: Vec<&str> = Vec::new();
     // An identity is needed; use the repo's own when it has one.
-    let has_identity = git(worktree, &["config", "user.email"]).is_ok_and(|s| !s.trim().is_empty());
-    if !has_identity {
-        args.extend(["-c", "user.name=harness", "-c", "user.email=harness@localhost"]);
-    }
+    let mut args = identity(worktree);
     args.extend(["commit", "--allow-empty", "-q", "-m", &message]);
     git(worktree, &args)?;
     Ok(git(worktree, &["rev-parse", "HEAD"])?.trim().to_string())
+}
+
+/// Arguments that give git an identity when the repository has none (commits and rebases need one).
+fn identity(worktree: &Path) -> Vec<&'static str> {
+    let has_identity = git(worktree, &["config", "user.email"]).is_ok_and(|s| !s.trim().is_empty());
+    if has_identity { vec![] } else { vec!["-c", "user.name=harness", "-c", "user.email=harness@localhost"] }
+}
+
+/// The commit checked out in `worktree`.
+pub fn head(worktree: &Path) -> Result<String, GitError> {
+    Ok(git(worktree, &["rev-parse", "HEAD"])?.trim().to_string())
+}
+
+/// Creates a worktree at `path` on a new branch `branch` starting at `start` (the run's tip).
+pub fn worktree_add(repo: &Path, path: &Path, branch: &str, start: &str) -> Result<(), GitError> {
+    let p = path.to_string_lossy();
+    git(repo, &["worktree", "add", "-q", "-b", branch, &p, start]).map(|_| ())
+}
+
+/// Removes the worktree at `path` (with whatever it holds) and deletes `branch`; what is already
+/// gone is not an error.
+pub fn worktree_remove(repo: &Path, path: &Path, branch: &str) -> Result<(), GitError> {
+    let p = path.to_string_lossy();
+    if path.exists() {
+        git(repo, &["worktree", "remove", "--force", "--force", &p])?;
+    }
+    git(repo, &["worktree", "prune"])?;
+    let exists = git(repo, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")]).is_ok();
+    if exists {
+        git(repo, &["branch", "-q", "-D", branch])?;
+    }
+    Ok(())
+}
+
+/// True when `path` is a complete worktree nobody is writing: HEAD resolves, and its git dir holds
+/// neither `locked` (`git worktree add` still initializing, or killed while it did) nor `index.lock`
+/// (a git command in it, or one killed mid-write).
+pub fn worktree_healthy(path: &Path) -> bool {
+    if !path.join(".git").exists() || head(path).is_err() {
+        return false;
+    }
+    let Ok(dir) = git(path, &["rev-parse", "--absolute-git-dir"]) else { return false };
+    let dir = Path::new(dir.trim());
+    !dir.join("locked").exists() && !dir.join("index.lock").exists()
+}
+
+/// Local branches under `prefix` (e.g. a run's `harness/<runId>/`).
+pub fn branches_under(repo: &Path, prefix: &str) -> Vec<String> {
+    let pattern = format!("refs/heads/{prefix}");
+    git(repo, &["for-each-ref", "--format=%(refname:short)", &pattern])
+        .map(|o| o.lines().map(str::to_string).filter(|l| !l.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+/// Why a task's commit could not be brought onto the run's branch.
+#[derive(Debug, thiserror::Error)]
+pub enum IntegrateError {
+    /// The change conflicts with the tip: nothing was changed (the rebase was aborted).
+    #[error("conflict integrating onto {}: {}", &tip[..tip.len().min(7)], paths.join(", "))]
+    Conflict { tip: String, paths: Vec<String> },
+    #[error(transparent)]
+    Git(#[from] GitError),
+}
+
+/// Brings the task commit `sha` (checked out on its branch in `task_wt`, one commit on top of the tip
+/// it started from) onto the branch checked out in `run_wt`: a fast-forward when the run's tip has
+/// not moved, else the commit is first rebased onto the tip in the task worktree. Returns the sha now
+/// on the run's branch. On a conflict the rebase is aborted: the task branch, the run's branch and
+/// the run's worktree are as they were. The caller holds the run's integration lock.
+pub fn integrate(run_wt: &Path, task_wt: &Path, sha: &str) -> Result<String, IntegrateError> {
+    let tip = head(run_wt)?;
+    let parent = git(task_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
+    let mut sha = sha.to_string();
+    if parent != tip {
+        let mut args = identity(task_wt);
+        args.extend(["rebase", "-q", "--empty=keep", "--onto", &tip, &parent]);
+        if let Err(e) = git(task_wt, &args) {
+            let paths = conflicted_paths(task_wt);
+            let _ = git(task_wt, &["rebase", "--abort"]);
+            if paths.is_empty() {
+                return Err(e.into());
+            }
+            return Err(IntegrateError::Conflict { tip, paths });
+        }
+        sha = head(task_wt)?;
+    }
+    git(run_wt, &["merge", "-q", "--ff-only", &sha])?;
+    Ok(sha)
+}
+
+/// The unmerged paths of a stopped rebase, each with how it conflicts (`shared.txt (both added)`).
+fn conflicted_paths(worktree: &Path) -> Vec<String> {
+    let Ok(out) = git(worktree, &["status", "--porcelain=v1", "-z"]) else { return vec![] };
+    out.split('\0')
+        .filter(|e| e.len() > 3)
+        .filter_map(|e| {
+            let how = match &e[..2] {
+                "AA" => "both added",
+                "UU" => "both modified",
+                "DD" => "both deleted",
+                "AU" => "added by us",
+                "UA" => "added by them",
+                "DU" => "deleted by us",
+                "UD" => "deleted by them",
+                _ => return None,
+            };
+            Some(format!("{} ({how})", &e[3..]))
+        })
+        .collect()
 }
 
 /// Waits (up to `max`) until no git process holds the repository's index lock: a commit started by

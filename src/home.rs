@@ -64,6 +64,11 @@ impl Home {
     }
 
     /// The derived control-socket path of a run: `$HARNESS_HOME/sock/<runId>.sock`.
+    /// Where a run's task worktrees live: `worktrees/<runId>/<task>` (outside the user's checkout).
+    pub fn worktrees_dir(&self, run: &RunId) -> PathBuf {
+        self.root.join("worktrees").join(run.as_str())
+    }
+
     pub fn socket_path(&self, run: &RunId) -> PathBuf {
         self.sock_dir().join(format!("{run}.sock"))
     }

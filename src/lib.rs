@@ -29,4 +29,5 @@ pub mod supervisor;
 pub mod tail;
 pub mod term;
 pub mod timeouts;
+pub mod worktree;
 pub mod wrapper;

@@ -36,7 +36,25 @@ pub struct Plan {
     pub base_branch: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_parallel: Option<u32>,
+    /// Where tasks work: each in its own worktree (default), or all in the run's (`shared`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+    /// A shell command run in each fresh task worktree before its turn (copy `.env`, `npm ci`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
     pub tasks: Vec<Task>,
+}
+
+/// Where a run's tasks do their work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Each task in its own git worktree on a task branch; its commit is integrated onto the run's
+    /// branch by one integrator at a time.
+    #[default]
+    Worktree,
+    /// Every task in the run's worktree (only with `max_parallel: 1`).
+    Shared,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +65,7 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 5] = ["v", "slug", "base_branch", "max_parallel", "tasks"];
+const TOP_FIELDS: [&str; 7] = ["v", "slug", "base_branch", "max_parallel", "isolation", "setup", "tasks"];
 const TASK_FIELDS: [&str; 7] = ["id", "wave", "adapter", "prompt", "gate", "review", "model"];
 
 impl Plan {
@@ -97,6 +115,31 @@ impl Plan {
                 }
             },
         };
+        let isolation = match obj.get("isolation") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "worktree" => Some(Isolation::Worktree),
+            Some(Value::String(s)) if s == "shared" => {
+                if max_parallel != Some(1) {
+                    errs.push(format!(
+                        "isolation: \"shared\" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel {}",
+                        max_parallel.map_or("absent (default 4)".to_string(), |n| n.to_string())
+                    ));
+                }
+                Some(Isolation::Shared)
+            }
+            Some(v) => {
+                errs.push(format!("isolation: expected \"worktree\" or \"shared\", got {v}"));
+                None
+            }
+        };
+        let setup = match obj.get("setup") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+            Some(_) => {
+                errs.push("setup: must be a non-empty string (a shell command)".into());
+                None
+            }
+        };
         let mut tasks = Vec::new();
         // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
         let mut waves_seen = HashSet::new();
@@ -126,7 +169,9 @@ impl Plan {
             }
         }
         match (errs.is_empty(), slug) {
-            (true, Some(slug)) => Ok(Plan { v: VERSION.into(), slug, base_branch, max_parallel, tasks }),
+            (true, Some(slug)) => {
+                Ok(Plan { v: VERSION.into(), slug, base_branch, max_parallel, isolation, setup, tasks })
+            }
             _ => Err(PlanError::Invalid(errs)),
         }
     }
@@ -145,6 +190,11 @@ impl Plan {
     }
 
     /// How many tasks of one wave may run at once (default 4).
+    /// Where tasks work (default: each in its own worktree).
+    pub fn isolation(&self) -> Isolation {
+        self.isolation.unwrap_or_default()
+    }
+
     pub fn parallelism(&self) -> usize {
         self.max_parallel.unwrap_or(4) as usize
     }

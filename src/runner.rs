@@ -47,6 +47,12 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
             worktree.display()
         )));
     }
+    if plan.isolation() == crate::plan::Isolation::Worktree && crate::git::head(&worktree).is_err() {
+        return Err(RunError::Invalid(format!(
+            "{} has no commit yet: each task starts in its own worktree from the run's tip, so the branch needs a first commit (or set \"isolation\": \"shared\" with \"max_parallel\": 1)",
+            worktree.display()
+        )));
+    }
     let run_id = RunId::derive(&repo, &worktree, &plan.slug);
     if l.supervised {
         home.checked_socket_path(&run_id).map_err(|e| RunError::Invalid(e.to_string()))?;

@@ -25,7 +25,7 @@ fn batch_run_commits_every_task_once_in_wave_order() {
     let b = Bench::new();
     let p = b.plan(
         r#"{"v":"plan/v1","slug":"batch","max_parallel":2,"tasks":[
-        {"id":"A","wave":1,"adapter":"claude","prompt":"do A","gate":"test -d .git"},
+        {"id":"A","wave":1,"adapter":"claude","prompt":"do A","gate":"test -e .git"},
         {"id":"B","wave":1,"adapter":"cursor","prompt":"do B"},
         {"id":"C","wave":2,"adapter":"claude","prompt":"do C"}]}"#,
     );
@@ -42,7 +42,7 @@ fn batch_run_commits_every_task_once_in_wave_order() {
     assert!(pos("C", "leased") > pos("A", "committed") && pos("C", "leased") > pos("B", "committed"));
     assert_eq!(
         j.iter().find(|r| r["task"] == "A" && r["state"] == "gated").unwrap()["detail"],
-        "gate passed: test -d .git"
+        "gate passed: test -e .git"
     );
     // Every line validates against the schema.
     let schema = schema("runstate.schema.json");

@@ -22,10 +22,26 @@ pub fn status_kb(pid: u32, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Kills every process started with `HARNESS_HOME=home` when dropped: a hanging run's engines live in
+/// their own process groups and outlive a SIGKILLed supervisor.
+pub struct HomeReaper(pub std::path::PathBuf);
+
+impl Drop for HomeReaper {
+    fn drop(&mut self) {
+        common::kill_all_with_home(&self.0);
+    }
+}
+
 /// A supervised run in a scratch repo `dir/<slug>` whose `tasks` claude tasks hang after their first
 /// output (so the run stays live and `/stream` serves), registered in `home`. Waits until every task's
-/// engine has printed. Returns the runId, the runstate logs dir and the supervisor (killed on drop).
-pub fn hanging_run(dir: &Path, home: &Path, slug: &str, tasks: usize) -> (String, std::path::PathBuf, Proc) {
+/// engine has printed. Returns the runId, the runstate logs dir and the supervisor (killed on drop,
+/// with every process of `home`).
+pub fn hanging_run(
+    dir: &Path,
+    home: &Path,
+    slug: &str,
+    tasks: usize,
+) -> (String, std::path::PathBuf, (Proc, HomeReaper)) {
     let repo = dir.join(slug);
     git_repo(&repo);
     let list: Vec<String> =
@@ -51,7 +67,7 @@ pub fn hanging_run(dir: &Path, home: &Path, slug: &str, tasks: usize) -> (String
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let guard = Proc { child };
+    let guard = (Proc { child }, HomeReaper(home.to_path_buf()));
     let logs = repo.join(format!("runstate/{slug}.logs"));
     let lines =
         |t: usize| std::fs::read_to_string(logs.join(format!("T{t}.log"))).map(|s| s.lines().count()).unwrap_or(0);

@@ -275,6 +275,7 @@ impl Durable {
                     .iter()
                     .map(|t| {
                         let mut tv = task_state_json(&files.view, &t.id);
+                        self.add_worktree(&mut tv, &files.pointer.run_id, &t.id);
                         tv["id"] = json!(t.id);
                         tv["adapter"] = json!(t.adapter);
                         tv["review"] = json!(t.review);
@@ -308,6 +309,14 @@ impl Durable {
             "liveness": files.pointer.liveness_path(),
         });
         Ok(v)
+    }
+
+    /// The task's worktree, when it exists (additive field of the task views).
+    fn add_worktree(&self, tv: &mut Value, run: &RunId, task: &TaskId) {
+        let tree = crate::worktree::of(&self.home, run, task);
+        if tree.path.is_dir() {
+            tv["worktree"] = json!(tree.path);
+        }
     }
 
     /// `GET /runs/:runId/tasks/:tid`: binding, journal state, session, liveness (pid/runtime/idle), log.
@@ -351,6 +360,7 @@ impl Durable {
         v["log_exists"] = json!(logfile.exists());
         v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
         v["supervised"] = json!(files.supervisor_alive());
+        self.add_worktree(&mut v, run, task);
         Ok(v)
     }
 }

@@ -137,6 +137,27 @@ pub(super) fn inbox_take(run: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+pub(super) fn clean(run: &str) -> Result<(), CliError> {
+    let home = home()?;
+    let p = pointer(&home, run)?;
+    let sock = home.socket_path(&p.run_id);
+    if crate::supervisor::control::is_live(&sock) {
+        return Err(CliError::Failed(format!(
+            "run {} is live: its supervisor removes its worktrees when the run ends (`harness stop {}` first)",
+            p.run_id, p.run_id
+        )));
+    }
+    let removed = crate::worktree::clean_run(&home, &p.worktree, &p.run_id)
+        .map_err(during(format!("removing run {}'s worktrees", p.run_id)))?;
+    if removed.is_empty() {
+        out(&format!("run {}: no task worktree or task branch to remove", p.run_id));
+    }
+    for r in removed {
+        out(&format!("removed {r}"));
+    }
+    Ok(())
+}
+
 pub(super) fn plan_check(plan: &Path) -> Result<(), CliError> {
     let p = Plan::load(plan).map_err(usage)?;
     out(&format!("ok: plan {} with {} tasks in {} waves", p.slug, p.tasks.len(), p.waves().len()));

@@ -206,6 +206,9 @@ enum Cmd {
     Stop { run: String },
     /// Ask a run's supervisor for its status (over the control socket).
     Status { run: String },
+    /// Remove a run's task worktrees and task branches (what its supervisor removes when the run
+    /// ends). Refused while the run's supervisor is live.
+    Clean { run: String },
     /// The DynWF inbox of a run (DynWF runs have no supervisor socket).
     #[command(subcommand)]
     Inbox(InboxCmd),
@@ -417,6 +420,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
         Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
         Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
+        Cmd::Clean { run } => local::clean(&run),
         Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
             local::inbox_append(&run, verb, task.as_deref(), msg, interrupt, &by)
         }

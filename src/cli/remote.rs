@@ -71,6 +71,8 @@ struct TaskRow {
     adapter: Option<String>,
     state: Option<String>,
     detail: Option<String>,
+    /// The task's worktree while it exists (kept after a conflict).
+    worktree: Option<String>,
 }
 
 fn typed<T: for<'de> Deserialize<'de>>(v: serde_json::Value, what: &str) -> Result<T, CliError> {
@@ -126,6 +128,9 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
                 t.state.as_deref().unwrap_or(""),
                 t.detail.as_deref().unwrap_or("")
             ));
+            if let Some(w) = &t.worktree {
+                out(&format!("  {:<16} worktree {w}", ""));
+            }
         }
     }
     Ok(())

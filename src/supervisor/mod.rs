@@ -201,6 +201,8 @@ pub async fn supervise(
     let sock_path =
         listener.as_ref().and_then(|l| l.local_addr().ok()).and_then(|a| a.as_pathname().map(PathBuf::from));
     let liveness_path = (!opts.batch).then(|| pointer.liveness_path());
+    let plan_isolation = plan.isolation();
+    let run_wt = pointer.worktree.clone();
     let ctx = Arc::new(Ctx {
         run_id: run_id.clone(),
         pointer,
@@ -209,6 +211,8 @@ pub async fn supervise(
         wrappers,
         liveness: liveness_path.clone(),
         commit_lock: tokio::sync::Mutex::new(()),
+        isolation: plan_isolation,
+        home: home.clone(),
         turn_timeout_s: opts.turn_timeout_s,
         gate_timeout: opts.gate_timeout,
         kill_grace: opts.kill_grace,
@@ -227,6 +231,17 @@ pub async fn supervise(
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     let ending = s.serve(listener, shutdown).await?;
+    if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
+        // The run is over: no task worktree or task branch outlives it.
+        let (h, r, w) = (home.clone(), run_id.clone(), run_wt.clone());
+        match tokio::task::spawn_blocking(move || crate::worktree::clean_run(&h, &w, &r)).await {
+            Ok(Ok(removed)) if !removed.is_empty() => {
+                tracing::info!(RUN_ID = %run_id, removed = removed.len(), "task worktrees and branches removed");
+            }
+            Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
+            _ => {}
+        }
+    }
     if let Some(p) = &liveness_path {
         let _ = liveness::update(p, &run_id, |l| {
             l.sock = None;

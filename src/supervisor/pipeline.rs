@@ -6,11 +6,13 @@
 
 use super::kill;
 use crate::adapter::Adapter;
+use crate::home::Home;
 use crate::ids::{RunId, TaskId};
 use crate::journal::{Journal, Record, TaskRecord, TaskState};
 use crate::liveness::{self, LiveState, TaskLiveness};
-use crate::plan::{Plan, Task};
+use crate::plan::{Isolation, Plan, Task};
 use crate::registry::Pointer;
+use crate::worktree::{self, Prepared, TaskTree};
 use crate::wrapper;
 use crate::{exit, timeouts};
 use std::collections::HashMap;
@@ -28,8 +30,13 @@ pub(crate) struct Ctx {
     pub wrappers: PathBuf,
     /// The liveness sidecar, `None` in batch mode.
     pub liveness: Option<PathBuf>,
-    /// Commits are made one at a time.
+    /// Commits are integrated onto the run's branch one at a time (and, with `isolation: shared`,
+    /// made one at a time): never two git index writers in the run's worktree.
     pub commit_lock: tokio::sync::Mutex<()>,
+    /// Where tasks work: their own worktrees, or the run's.
+    pub isolation: Isolation,
+    /// The harness home (task worktrees live under it).
+    pub home: Home,
     pub turn_timeout_s: u64,
     pub gate_timeout: Duration,
     pub kill_grace: Duration,
@@ -58,6 +65,8 @@ pub(crate) enum Start {
     Gate,
     Review,
     Commit,
+    /// The task's commit exists in its worktree but is not on the run's branch yet.
+    Integrate,
 }
 
 /// How a pipeline ended.
@@ -162,6 +171,22 @@ impl Ctx {
         Ok(d.join(name))
     }
 
+    /// Names the run and task in a child's environment (`HARNESS_RUN`, `HARNESS_TASK`): wrappers pass
+    /// `HARNESS_*` on to engines, and setup and gate commands can use them.
+    fn label(&self, cmd: &mut tokio::process::Command, task: &TaskId) {
+        cmd.env("HARNESS_RUN", self.run_id.as_str()).env("HARNESS_TASK", task.as_str());
+    }
+
+    /// The task's worktree (`None` with `isolation: shared`).
+    pub fn tree(&self, task: &TaskId) -> Option<TaskTree> {
+        (self.isolation == Isolation::Worktree).then(|| worktree::of(&self.home, &self.run_id, task))
+    }
+
+    /// Where the task's turn, gate and review run.
+    pub fn cwd(&self, task: &TaskId) -> PathBuf {
+        self.tree(task).map_or_else(|| self.pointer.worktree.clone(), |t| t.path)
+    }
+
     /// Spawns `cmd` (already leading its own process group) for `task`, waits for it, and returns
     /// (exit code, stdout). The process group is what a kill verb signals meanwhile.
     async fn run_child(
@@ -263,10 +288,15 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
             Start::Commit => {
                 let files = match files.take() {
                     Some(f) => f,
-                    None => crate::git::changed_files(&ctx.pointer.worktree),
+                    None => crate::git::changed_files(&ctx.cwd(id)),
                 };
-                return commit(ctx, task, current, &files, session).await;
+                commit(ctx, task, current, &files, session.clone()).await?;
+                if ctx.isolation == Isolation::Shared {
+                    return Ok(());
+                }
+                Start::Integrate
             }
+            Start::Integrate => return integrate(ctx, task, session).await,
         }
     }
 }
@@ -296,18 +326,20 @@ async fn turn(
     leased.logfile = Some(logfile.clone());
     leased.detail = note;
     ctx.append(leased)?;
+    let known_session = resume.clone().or_else(|| assigned.clone());
+    let cwd = workspace(ctx, task, known_session.clone()).await?;
     let t = wrapper::Turn {
         adapter: task.adapter,
         prompt_file: &prompt_file,
-        cwd: &ctx.pointer.worktree,
+        cwd: &cwd,
         log: &logfile,
         timeout_s: ctx.turn_timeout_s,
         model: task.model.as_deref(),
         session_id: assigned.as_deref(),
         resume: resume.as_deref(),
     };
-    let cmd = wrapper::command(&ctx.wrappers, &t);
-    let known_session = resume.clone().or_else(|| assigned.clone());
+    let mut cmd = wrapper::command(&ctx.wrappers, &t);
+    ctx.label(&mut cmd, id);
     let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
     let (rc, stdout) = match ctx.run_child(id, cmd, &logfile, known_session.as_deref(), LiveState::Leased, None).await {
         Ok(r) => r,
@@ -357,13 +389,8 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
         .map_err(|e| End::JournalFailed(format!("cannot open {}: {e}", log.display())))?;
     let err = out.try_clone().map_err(|e| End::JournalFailed(e.to_string()))?;
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(cmd_text)
-        .current_dir(&ctx.pointer.worktree)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0);
+    cmd.arg("-c").arg(cmd_text).current_dir(ctx.cwd(id)).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+    ctx.label(&mut cmd, id);
     let (rc, _) =
         match ctx.run_child(id, cmd, &log, session.as_deref(), LiveState::Gating, Some(ctx.gate_timeout)).await {
             Ok(r) => r,
@@ -380,7 +407,8 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
 
 async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
     let id = &task.id;
-    let diff = crate::git::review_diff(&ctx.pointer.worktree, files);
+    let cwd = ctx.cwd(id);
+    let diff = crate::git::review_diff(&cwd, files);
     let prompt = format!(
         "You are the review seat for task {id} of run {}.\n\nThe task was:\n{}\n\nThe change:\n{diff}\n\n\
          Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
@@ -392,7 +420,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     let t = wrapper::Turn {
         adapter: Adapter::Codex,
         prompt_file: &prompt_file,
-        cwd: &ctx.pointer.worktree,
+        cwd: &cwd,
         log: &log,
         timeout_s: ctx.turn_timeout_s,
         model: None,
@@ -419,17 +447,21 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     ctx.append(r)
 }
 
+/// Commits the task's files where it worked, exactly once: a commit of this run's task that already
+/// exists (made by a supervisor that died before journaling it) is adopted, never made again. With
+/// `isolation: shared` the commit is on the run's branch and the task is `committed`; in a worktree
+/// it is on the task branch, and `integrate` follows.
 async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
     let id = &task.id;
-    let _serial = ctx.commit_lock.lock().await;
+    let shared = ctx.isolation == Isolation::Shared;
+    // Commits in the run's worktree are serialized; each task worktree has its own index.
+    let _serial = if shared { Some(ctx.commit_lock.lock().await) } else { None };
     ctx.check_killed(id, session.clone())?;
     let subject = format!("{id}: {}", first_line(&task.prompt));
-    let wt = ctx.pointer.worktree.clone();
+    let wt = ctx.cwd(id);
     let (run, tid, fl) = (ctx.run_id.to_string(), id.to_string(), files.to_vec());
-    // Exactly once: a commit of this run's task that already exists (made by a supervisor that died
-    // before journaling it, maybe finishing only now) is adopted, never made again.
     let made = tokio::task::spawn_blocking(move || {
-        crate::git::wait_index_unlocked(&wt, Duration::from_secs(30));
+        crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
         match crate::git::find_task_commit(&wt, &run, &tid) {
             Some(sha) => Ok((sha, true)),
             None => crate::git::commit_task(&wt, &fl, &subject, &run, &tid, attempt).map(|sha| (sha, false)),
@@ -441,12 +473,115 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         Ok(Err(e)) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
+    if !shared {
+        tracing::info!(RUN_ID = %ctx.run_id, TASK = %id, sha = %sha, adopted, "committed in the task worktree");
+        return Ok(());
+    }
     let mut r = Record::task(id, TaskState::Committed);
     r.sha = Some(sha);
     if adopted {
         r.detail = Some("the commit already existed (made before a supervisor restart): adopted".into());
     }
     ctx.append(r)
+}
+
+/// Brings the task's commit onto the run's branch, one integrator at a time: fast-forward, or a
+/// rebase onto the tip. Exactly once: a commit of the task already on the run's branch is adopted. A
+/// conflict halts the task naming every conflicting path and the tip; the task's worktree is kept
+/// for inspection (a steer re-dispatches the task in a fresh one at the current tip). After
+/// integration the task's worktree and branch are removed.
+async fn integrate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
+    let id = &task.id;
+    let Some(tree) = ctx.tree(id) else { return Ok(()) };
+    let _integrator = ctx.commit_lock.lock().await;
+    ctx.check_killed(id, session.clone())?;
+    let run_wt = ctx.pointer.worktree.clone();
+    let (run, tid, t) = (ctx.run_id.to_string(), id.to_string(), tree.clone());
+    let done = tokio::task::spawn_blocking(move || {
+        crate::git::wait_index_unlocked(&run_wt, timeouts::INDEX_LOCK_WAIT);
+        if let Some(sha) = crate::git::find_task_commit(&run_wt, &run, &tid) {
+            return Ok((sha, true));
+        }
+        let Some(sha) = crate::git::find_task_commit(&t.path, &run, &tid) else {
+            return Err(format!("no commit of task {tid} in its worktree {}", t.path.display()));
+        };
+        crate::git::integrate(&run_wt, &t.path, &sha).map(|s| (s, false)).map_err(|e| match e {
+            crate::git::IntegrateError::Conflict { .. } => e.to_string(),
+            crate::git::IntegrateError::Git(g) => format!("integration failed: {g}"),
+        })
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("integration failed: {e}")));
+    let (sha, adopted) = match done {
+        Ok(r) => r,
+        Err(detail) => return Err(ctx.halt(id, 1, detail, session)),
+    };
+    let mut r = Record::task(id, TaskState::Committed);
+    r.sha = Some(sha);
+    if adopted {
+        r.detail = Some("the commit was already on the run's branch (integrated before a supervisor restart)".into());
+    }
+    ctx.append(r)?;
+    let run_wt = ctx.pointer.worktree.clone();
+    let removed = tokio::task::spawn_blocking(move || worktree::remove(&run_wt, &tree)).await;
+    if let Ok(Err(e)) = removed {
+        tracing::warn!(RUN_ID = %ctx.run_id, TASK = %id, error = %e, "cannot remove the task worktree (removed when the run ends)");
+    }
+    Ok(())
+}
+
+/// Makes the task's worktree ready for its turn (reused, or made afresh from the run's tip with the
+/// plan's `setup` run in it) and returns where the turn runs.
+async fn workspace(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<PathBuf> {
+    let id = &task.id;
+    let Some(tree) = ctx.tree(id) else { return Ok(ctx.pointer.worktree.clone()) };
+    let (run_wt, t, run, tid) = (ctx.pointer.worktree.clone(), tree.clone(), ctx.run_id.clone(), id.clone());
+    let prepared = tokio::task::spawn_blocking(move || worktree::prepare(&run_wt, &t, &run, &tid))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    match prepared {
+        Err(e) => {
+            Err(ctx.halt(id, 1, format!("cannot prepare the task worktree {}: {e}", tree.path.display()), session))
+        }
+        Ok(Prepared::Reused) => Ok(tree.path),
+        Ok(Prepared::Fresh) => {
+            if let Some(setup) = &ctx.plan.setup {
+                run_setup(ctx, task, setup, &tree.path, session).await?;
+            }
+            Ok(tree.path)
+        }
+    }
+}
+
+/// Runs the plan's `setup` in a fresh worktree; a failure halts the task with its rc and the
+/// output's tail.
+async fn run_setup(ctx: &Ctx, task: &Task, setup: &str, cwd: &Path, session: Option<String>) -> Step<()> {
+    let id = &task.id;
+    let log = ctx.file("logs", format!("{id}.setup.log"))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&log)
+        .map_err(|e| End::JournalFailed(format!("cannot open {}: {e}", log.display())))?;
+    let err = out.try_clone().map_err(|e| End::JournalFailed(e.to_string()))?;
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c").arg(setup).current_dir(cwd).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
+    ctx.label(&mut cmd, id);
+    let rc = match ctx.run_child(id, cmd, &log, session.as_deref(), LiveState::Leased, Some(ctx.gate_timeout)).await {
+        Ok((rc, _)) => rc,
+        Err(e) => return Err(ctx.halt(id, exit::NOT_RUN, format!("setup did not run: {e}"), session)),
+    };
+    ctx.check_killed(id, session.clone())?;
+    if rc != 0 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
+        let why = if rc == exit::TIMED_OUT { "timed out".to_string() } else { format!("exit {rc}") };
+        return Err(ctx.halt(id, rc, format!("setup failed ({why}): {setup}: {tail}"), session));
+    }
+    Ok(())
 }
 
 /// A wrapper killed hard (or before its trap was set) writes no exit marker: the supervisor, now the

@@ -4,9 +4,10 @@
 //! was in flight is re-dispatched (resumed with its session when it has one), and a task past its
 //! turn continues at its next stage. Liveness is rebuilt from what actually runs.
 
-use super::pipeline::Start;
+use super::pipeline::{Ctx, Start};
 use super::{Scheduler, SupervisorError, kill};
 use crate::exit;
+use crate::ids::TaskId;
 use crate::journal::{Record, TaskState};
 use crate::liveness;
 use crate::timeouts;
@@ -50,23 +51,25 @@ impl Scheduler {
         let view = self.view()?;
         for task in &ctx.plan.tasks {
             let Some(t) = view.tasks.get(&task.id) else { continue };
-            let wt = &ctx.pointer.worktree;
             match t.state {
                 TaskState::Committed | TaskState::Halted => {}
-                TaskState::Gated | TaskState::Reviewed => {
-                    // A commit the dead supervisor started may still be finishing.
-                    crate::git::wait_index_unlocked(wt, timeouts::INDEX_LOCK_WAIT);
-                    if let Some(sha) = crate::git::find_task_commit(wt, ctx.run_id.as_str(), task.id.as_str()) {
+                TaskState::Gated | TaskState::Reviewed => match found_commit(&ctx, &task.id).await {
+                    Found::OnRunBranch(sha) => {
                         let mut r = Record::task(&task.id, TaskState::Committed);
                         r.sha = Some(sha);
                         r.detail = Some("recovered: the commit existed, its record did not".into());
                         ctx.journal.append(&r.into())?;
-                    } else if t.state == TaskState::Gated && task.review {
+                    }
+                    Found::InTaskWorktree => {
+                        self.resume_at.insert(task.id.clone(), Start::Integrate);
+                    }
+                    Found::Nowhere if t.state == TaskState::Gated && task.review => {
                         self.resume_at.insert(task.id.clone(), Start::Review);
-                    } else {
+                    }
+                    Found::Nowhere => {
                         self.resume_at.insert(task.id.clone(), Start::Commit);
                     }
-                }
+                },
                 TaskState::Implemented => {
                     self.resume_at.insert(task.id.clone(), Start::Gate);
                 }
@@ -108,4 +111,34 @@ fn looks_like_ours(pid: i32) -> bool {
             c.contains("na.sh") || c.contains("ca.sh") || c.contains("codex.sh") || c.contains("sh\0-c")
         })
         .unwrap_or(false)
+}
+
+/// Where a task past its gate has its commit, if anywhere.
+enum Found {
+    /// On the run's branch: the task is committed (its record was lost).
+    OnRunBranch(String),
+    /// In the task's worktree, not integrated yet.
+    InTaskWorktree,
+    Nowhere,
+}
+
+/// Looks for the task's commit by its trailers: on the run's branch first (after any commit a dead
+/// supervisor started has finished: its index lock is waited for), then in its worktree. Git runs on
+/// the blocking pool.
+async fn found_commit(ctx: &Ctx, task: &TaskId) -> Found {
+    let (wt, tree, run, tid) = (ctx.pointer.worktree.clone(), ctx.tree(task), ctx.run_id.to_string(), task.to_string());
+    tokio::task::spawn_blocking(move || {
+        crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
+        if let Some(sha) = crate::git::find_task_commit(&wt, &run, &tid) {
+            return Found::OnRunBranch(sha);
+        }
+        match tree {
+            Some(t) if t.path.exists() && crate::git::find_task_commit(&t.path, &run, &tid).is_some() => {
+                Found::InTaskWorktree
+            }
+            _ => Found::Nowhere,
+        }
+    })
+    .await
+    .unwrap_or(Found::Nowhere)
 }
