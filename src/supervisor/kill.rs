@@ -89,6 +89,9 @@ pub fn groups_mentioning(needle: &str) -> Vec<i32> {
 pub fn sweep_orphans() {
     let me = std::process::id() as i32;
     let own_group = nix::unistd::getpgrp().as_raw();
+    // Held for the whole scan: a child spawned meanwhile (`spawn_tracked` takes the same lock) is
+    // either tracked before the scan sees it or spawned after the scan.
+    let tracked = TRACKED.lock().unwrap_or_else(|p| p.into_inner());
     let Ok(rd) = std::fs::read_dir("/proc") else { return };
     for e in rd.flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
@@ -100,7 +103,7 @@ pub fn sweep_orphans() {
         if ppid != me || pgrp == own_group {
             continue;
         }
-        if is_tracked_child(pid) {
+        if tracked.contains(&pid) {
             continue;
         }
         // A direct child of ours that no one else waits for (tokio never waits for pids it did not
@@ -115,16 +118,19 @@ pub fn sweep_orphans() {
 /// Pids of children spawned (and reaped) through tokio: the sweep must leave them alone.
 static TRACKED: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
 
-pub fn track_child(pid: i32) {
-    TRACKED.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+/// Spawns `cmd` and tracks its pid in one step with respect to the orphan sweep: the sweep never
+/// sees a child of ours that is spawned but not yet tracked (and so never kills it).
+pub fn spawn_tracked(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut tracked = TRACKED.lock().unwrap_or_else(|p| p.into_inner());
+    let child = cmd.spawn()?;
+    if let Some(pid) = child.id() {
+        tracked.push(pid as i32);
+    }
+    Ok(child)
 }
 
 pub fn untrack_child(pid: i32) {
     TRACKED.lock().unwrap_or_else(|p| p.into_inner()).retain(|p| *p != pid);
-}
-
-fn is_tracked_child(pid: i32) -> bool {
-    TRACKED.lock().unwrap_or_else(|p| p.into_inner()).contains(&pid)
 }
 
 /// Makes this process the child subreaper of its descendants (Linux), so orphans that escape their

@@ -160,6 +160,8 @@ struct Scheduler {
     paused: bool,
     stopping: Option<String>,
     pipelines: JoinSet<(TaskId, End)>,
+    /// Which task each pipeline runs (a pipeline that panics reports only its id).
+    pipeline_tasks: HashMap<tokio::task::Id, TaskId>,
     /// Where recovery left a task's pipeline (continue at gate/review/commit, or re-dispatch).
     resume_at: HashMap<TaskId, Start>,
     kill_replies: HashMap<TaskId, Vec<PendingKill>>,
@@ -224,6 +226,7 @@ pub async fn supervise(
         opts,
         stopping: None,
         pipelines: JoinSet::new(),
+        pipeline_tasks: HashMap::new(),
         resume_at: HashMap::new(),
         kill_replies: HashMap::new(),
         broken: HashMap::new(),
@@ -296,7 +299,7 @@ impl Scheduler {
                     crate::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
                 }
                 Some(env) = rx.recv(), if server.is_some() => self.handle(env).await,
-                Some(done) = self.pipelines.join_next(), if !self.pipelines.is_empty() => self.finished(done),
+                Some(done) = self.pipelines.join_next_with_id(), if !self.pipelines.is_empty() => self.finished(done),
                 _ = tokio::time::sleep(linger.unwrap_or(Duration::from_secs(3600))), if linger.is_some() => {
                     let detail = self.idle_reason();
                     break self.fail(format!("idle limit ({:?}) reached: {detail}", self.opts.linger));
@@ -347,11 +350,12 @@ impl Scheduler {
         self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), Proc::default());
         let ctx = self.ctx.clone();
         let t = task.clone();
-        self.pipelines.spawn(async move {
+        let handle = self.pipelines.spawn(async move {
             let id = t.id.clone();
             let end = pipeline::run(ctx, t, start).await;
             (id, end)
         });
+        self.pipeline_tasks.insert(handle.id(), task.id.clone());
     }
 
     /// Starts whatever may start now. Returns the run's ending when there is nothing left to do.
@@ -463,12 +467,18 @@ impl Scheduler {
         }
     }
 
-    fn finished(&mut self, done: Result<(TaskId, End), tokio::task::JoinError>) {
+    fn finished(&mut self, done: Result<(tokio::task::Id, (TaskId, End)), tokio::task::JoinError>) {
         let (task, end) = match done {
-            Ok(r) => r,
+            Ok((id, r)) => {
+                self.pipeline_tasks.remove(&id);
+                r
+            }
             Err(e) => {
-                tracing::error!(RUN_ID = %self.ctx.run_id, error = %e, "a task pipeline panicked");
-                return;
+                let Some(task) = self.pipeline_tasks.remove(&e.id()) else {
+                    tracing::error!(RUN_ID = %self.ctx.run_id, error = %e, "an unknown task pipeline failed");
+                    return;
+                };
+                (task.clone(), self.pipeline_failed(&task, e))
             }
         };
         self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task);
@@ -480,6 +490,39 @@ impl Scheduler {
             self.kill_answered(&task, k.reply, k.started);
         }
         tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %task, end = ?end, "task pipeline ended");
+    }
+
+    /// A pipeline that panicked (or was cancelled) outside the journal: its task is journaled
+    /// `halted` with what happened, so the run neither waits for it forever nor forgets it.
+    fn pipeline_failed(&mut self, task: &TaskId, e: tokio::task::JoinError) -> End {
+        let why = if e.is_panic() {
+            let payload = e.into_panic();
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            format!("pipeline failed: panicked: {msg}")
+        } else {
+            "pipeline failed: cancelled".to_string()
+        };
+        tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %task, detail = %why, "task pipeline failed");
+        let view = self.view().unwrap_or_default();
+        let t = view.tasks.get(task);
+        if t.is_none_or(|t| matches!(t.state, TaskState::Committed | TaskState::Halted)) {
+            if t.is_none() {
+                self.broken.insert(task.clone(), why);
+            }
+            return End::Halted;
+        }
+        let mut r = Record::task(task, TaskState::Halted);
+        r.rc = Some(1);
+        r.detail = Some(why.clone());
+        r.session_id = t.and_then(|t| t.session_id.clone());
+        match self.ctx.journal.append(&r.into()) {
+            Ok(_) => End::Halted,
+            Err(je) => End::JournalFailed(format!("{why}; and its halt could not be journaled: {je}")),
+        }
     }
 
     fn linger_left(&self) -> Option<Duration> {

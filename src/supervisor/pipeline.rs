@@ -165,10 +165,38 @@ impl Ctx {
         });
     }
 
-    fn file(&self, dir: &str, name: String) -> Step<PathBuf> {
+    /// A file of the task's under `<runstateDir>/<slug>.<dir>/`, its directory created. A filesystem
+    /// error halts the task with its own detail (the task is `leased` or later here).
+    fn file(&self, task: &TaskId, dir: &str, name: String, session: &Option<String>) -> Step<PathBuf> {
         let d = self.pointer.runstate_dir.join(format!("{}.{dir}", self.pointer.slug));
-        std::fs::create_dir_all(&d).map_err(|e| End::JournalFailed(format!("cannot create {}: {e}", d.display())))?;
-        Ok(d.join(name))
+        match std::fs::create_dir_all(&d) {
+            Ok(()) => Ok(d.join(name)),
+            Err(e) => Err(self.halt(task, 1, format!("cannot create {}: {e}", d.display()), session.clone())),
+        }
+    }
+
+    /// Opens a step's log for appending (`truncate`: a fresh one), halting the task when it cannot.
+    fn open_log(&self, task: &TaskId, log: &Path, truncate: bool, session: &Option<String>) -> Step<(Stdio, Stdio)> {
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .append(!truncate)
+            .write(true)
+            .truncate(truncate)
+            .open(log)
+            .and_then(|f| Ok((f.try_clone()?, f)));
+        match opened {
+            Ok((a, b)) => Ok((Stdio::from(a), Stdio::from(b))),
+            Err(e) => Err(self.halt(task, 1, format!("cannot open {}: {e}", log.display()), session.clone())),
+        }
+    }
+
+    /// `sh -c CMD <marker>` for a gate or setup: `$0` names the run and task, so recovery can tell a
+    /// step of this run's from a recycled pid.
+    fn shell(&self, task: &TaskId, script: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(script).arg(format!("{}{task}", step_marker_prefix(&self.run_id)));
+        self.label(&mut cmd, task);
+        cmd
     }
 
     /// Names the run and task in a child's environment (`HARNESS_RUN`, `HARNESS_TASK`): wrappers pass
@@ -198,9 +226,9 @@ impl Ctx {
         state: LiveState,
         timeout: Option<Duration>,
     ) -> Result<(i32, Vec<u8>), String> {
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {:?}: {e}", cmd.as_std().get_program()))?;
+        let mut child =
+            kill::spawn_tracked(&mut cmd).map_err(|e| format!("cannot start {:?}: {e}", cmd.as_std().get_program()))?;
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        kill::track_child(pid);
         self.set_pgid(task, Some(pid));
         self.live_set(task, pid, session, log, state);
         // A kill that raced the spawn still reaches the new group.
@@ -244,6 +272,11 @@ impl Ctx {
         let waited = status.map(|rc| (rc.unwrap_or(exit::TIMED_OUT), stdout));
         waited.map_err(|e| format!("waiting for pid {pid}: {e}"))
     }
+}
+
+/// The `$0` a gate or setup shell of `run` carries, before its task id.
+pub(crate) fn step_marker_prefix(run: &RunId) -> String {
+    format!("harness-step:{run}:")
 }
 
 /// Runs the pipeline of `task` from `start`. The caller registered the task in `ctx.running`.
@@ -317,9 +350,6 @@ async fn turn(
     if let Some(d) = logfile.parent() {
         let _ = std::fs::create_dir_all(d);
     }
-    let prompt_file = ctx.file("prompts", format!("{id}.{attempt}.txt"))?;
-    std::fs::write(&prompt_file, prompt)
-        .map_err(|e| End::JournalFailed(format!("cannot write {}: {e}", prompt_file.display())))?;
     let mut leased = Record::task(id, TaskState::Leased);
     leased.attempt = Some(attempt);
     leased.session_id = resume.clone().or_else(|| assigned.clone());
@@ -327,6 +357,10 @@ async fn turn(
     leased.detail = note;
     ctx.append(leased)?;
     let known_session = resume.clone().or_else(|| assigned.clone());
+    let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.txt"), &known_session)?;
+    if let Err(e) = std::fs::write(&prompt_file, prompt) {
+        return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), known_session));
+    }
     let cwd = workspace(ctx, task, known_session.clone()).await?;
     let t = wrapper::Turn {
         adapter: task.adapter,
@@ -381,16 +415,10 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
         gated.detail = Some("no gate".into());
         return ctx.append(gated);
     };
-    let log = ctx.file("logs", format!("{id}.gate.log"))?;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(|e| End::JournalFailed(format!("cannot open {}: {e}", log.display())))?;
-    let err = out.try_clone().map_err(|e| End::JournalFailed(e.to_string()))?;
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(cmd_text).current_dir(ctx.cwd(id)).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
-    ctx.label(&mut cmd, id);
+    let log = ctx.file(id, "logs", format!("{id}.gate.log"), &session)?;
+    let (out, err) = ctx.open_log(id, &log, false, &session)?;
+    let mut cmd = ctx.shell(id, cmd_text);
+    cmd.current_dir(ctx.cwd(id)).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
     let (rc, _) =
         match ctx.run_child(id, cmd, &log, session.as_deref(), LiveState::Gating, Some(ctx.gate_timeout)).await {
             Ok(r) => r,
@@ -414,9 +442,11 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
          Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
         ctx.run_id, task.prompt
     );
-    let prompt_file = ctx.file("prompts", format!("{id}.{attempt}.review.txt"))?;
-    std::fs::write(&prompt_file, prompt).map_err(|e| End::JournalFailed(e.to_string()))?;
-    let log = ctx.file("logs", format!("{id}.review.log"))?;
+    let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.review.txt"), &session)?;
+    if let Err(e) = std::fs::write(&prompt_file, prompt) {
+        return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), session));
+    }
+    let log = ctx.file(id, "logs", format!("{id}.review.log"), &session)?;
     let t = wrapper::Turn {
         adapter: Adapter::Codex,
         prompt_file: &prompt_file,
@@ -558,17 +588,10 @@ async fn workspace(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<Path
 /// output's tail.
 async fn run_setup(ctx: &Ctx, task: &Task, setup: &str, cwd: &Path, session: Option<String>) -> Step<()> {
     let id = &task.id;
-    let log = ctx.file("logs", format!("{id}.setup.log"))?;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&log)
-        .map_err(|e| End::JournalFailed(format!("cannot open {}: {e}", log.display())))?;
-    let err = out.try_clone().map_err(|e| End::JournalFailed(e.to_string()))?;
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(setup).current_dir(cwd).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
-    ctx.label(&mut cmd, id);
+    let log = ctx.file(id, "logs", format!("{id}.setup.log"), &session)?;
+    let (out, err) = ctx.open_log(id, &log, true, &session)?;
+    let mut cmd = ctx.shell(id, setup);
+    cmd.current_dir(cwd).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
     let rc = match ctx.run_child(id, cmd, &log, session.as_deref(), LiveState::Leased, Some(ctx.gate_timeout)).await {
         Ok((rc, _)) => rc,
         Err(e) => return Err(ctx.halt(id, exit::NOT_RUN, format!("setup did not run: {e}"), session)),

@@ -27,7 +27,8 @@ impl Scheduler {
                     // wrapper's leftovers (a live group id is never handed to another process);
                     // a live leader must still look like a wrapper (not a recycled pid).
                     let leader_dead = !liveness::pid_alive(t.pid);
-                    if kill::group_alive(t.pgid) && (leader_dead || looks_like_ours(t.pid)) {
+                    if kill::group_alive(t.pgid) && (leader_dead || looks_like_ours(t.pid, &ctx.wrappers, &ctx.run_id))
+                    {
                         tracing::warn!(RUN_ID = %ctx.run_id, TASK = %task, pgid = t.pgid, "killing an orphaned turn of a previous supervisor");
                         kill::kill_group(t.pgid, ctx.kill_grace).await;
                     }
@@ -102,15 +103,17 @@ impl Scheduler {
     }
 }
 
-/// A pid whose command line mentions a wrapper script: a previous supervisor's turn, not a
-/// recycled pid of something else.
-fn looks_like_ours(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            let c = String::from_utf8_lossy(&c);
-            c.contains("na.sh") || c.contains("ca.sh") || c.contains("codex.sh") || c.contains("sh\0-c")
-        })
-        .unwrap_or(false)
+/// A pid that is one of this run's steps: a wrapper script of ours (by its full path) or a gate or
+/// setup shell carrying the run's step marker — not a recycled pid of something else that happens to
+/// be a shell.
+fn looks_like_ours(pid: i32, wrappers: &Path, run: &crate::ids::RunId) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let marker = super::pipeline::step_marker_prefix(run);
+    cmdline.split(|&b| b == 0).any(|arg| {
+        let arg = String::from_utf8_lossy(arg);
+        arg.starts_with(&marker)
+            || crate::adapter::Adapter::ALL.iter().any(|a| Path::new(arg.as_ref()) == wrappers.join(a.wrapper()))
+    })
 }
 
 /// Where a task past its gate has its commit, if anywhere.
