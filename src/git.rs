@@ -160,6 +160,19 @@ pub fn worktree_healthy(path: &Path) -> bool {
     !dir.join("locked").exists() && !dir.join("index.lock").exists()
 }
 
+/// Aborts a rebase left stopped in `worktree` (by a supervisor killed between a conflicting rebase
+/// and its abort): the branch goes back to the commit it held and the conflict markers go away.
+/// Returns whether there was one.
+pub fn abort_stopped_rebase(worktree: &Path) -> Result<bool, GitError> {
+    let Ok(dir) = git(worktree, &["rev-parse", "--absolute-git-dir"]) else { return Ok(false) };
+    let dir = Path::new(dir.trim());
+    if !dir.join("rebase-merge").exists() && !dir.join("rebase-apply").exists() {
+        return Ok(false);
+    }
+    git(worktree, &["rebase", "--abort"])?;
+    Ok(true)
+}
+
 /// Local branches under `prefix` (e.g. a run's `harness/<runId>/`).
 pub fn branches_under(repo: &Path, prefix: &str) -> Vec<String> {
     let pattern = format!("refs/heads/{prefix}");

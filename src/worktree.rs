@@ -65,6 +65,7 @@ pub enum Prepared {
 /// worktree half-made by a supervisor killed during `git worktree add` is made afresh too).
 pub fn prepare(run_wt: &Path, t: &TaskTree, run: &RunId, task: &TaskId) -> Result<Prepared, GitError> {
     let _admin = admin_lock(run_wt)?;
+    settle(t);
     if git::worktree_healthy(&t.path) {
         let own_commit = git::find_task_commit(&t.path, run.as_str(), task.as_str())
             .filter(|sha| git::find_task_commit(run_wt, run.as_str(), task.as_str()).as_deref() != Some(sha));
@@ -80,6 +81,18 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, run: &RunId, task: &TaskId) -> Resul
     let tip = git::head(run_wt)?;
     git::worktree_add(run_wt, &t.path, &t.branch, &tip)?;
     Ok(Prepared::Fresh)
+}
+
+/// Puts a task worktree back in a plain state: a rebase left stopped by a killed supervisor (a
+/// conflict mid-integration) is aborted, so its conflict markers are never taken for work.
+pub fn settle(t: &TaskTree) {
+    if t.path.exists() {
+        match git::abort_stopped_rebase(&t.path) {
+            Ok(true) => tracing::warn!(path = %t.path.display(), "aborted a rebase a previous supervisor left stopped"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(path = %t.path.display(), error = %e, "cannot abort a stopped rebase"),
+        }
+    }
 }
 
 /// Removes one task's worktree and branch.

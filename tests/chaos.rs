@@ -1,9 +1,12 @@
-//! Chaos: runs of 20 tasks over 4 waves (fake engines through the real wrappers) while, at random
-//! moments, the supervisor is SIGKILLed (then restarted), a wrapper is SIGKILLed (the task halts; an
-//! operator's steer resumes it), and the API is SIGKILLed (then restarted). After every run:
-//! every task committed exactly once (journal and git agree), no torn or interleaved journal line,
-//! no process of the run left, no zombie child, liveness empty after reap, every queued steer applied
-//! exactly once.
+//! Chaos: runs of 20 tasks over 4 waves at `max_parallel: 3` (fake engines through the real
+//! wrappers, each task in its own worktree) while, at random moments, the supervisor is SIGKILLed
+//! (then restarted), a wrapper is SIGKILLed (the task halts; an operator's steer resumes it), and the
+//! API is SIGKILLed (then restarted). Every task writes its own file and two tasks of each wave also
+//! write the wave's shared file, so their changes overlap (a conflict halts one; the operator's steer
+//! redoes it on top). After every run: every task committed exactly once (journal and git agree) and
+//! every line its commit adds was written by that task, no torn or interleaved journal line, no
+//! process of the run left, no zombie child, liveness empty after reap, every queued steer applied
+//! exactly once, no task worktree or branch left.
 //!
 //! CI runs N = 10 runs (`HARNESS_CHAOS_RUNS` sets N; by hand: 100). `HARNESS_CHAOS_SEED` replays one.
 
@@ -30,9 +33,15 @@ impl Rng {
     }
 }
 
+/// Task `i`'s prompt: it writes `own/Tii.txt`, and the first two of each wave also the wave's file.
+fn prompt(i: usize) -> String {
+    let shared = if i % 5 < 2 { format!(" [fake-write:shared/wave{}.txt]", i / 5 + 1) } else { String::new() };
+    format!("task {i} [fake-write:own/T{i:02}.txt]{shared}")
+}
+
 fn plan() -> String {
     let tasks: Vec<String> = (0..20)
-        .map(|i| format!(r#"{{"id":"T{i:02}","wave":{},"adapter":"claude","prompt":"task {i}"}}"#, i / 5 + 1))
+        .map(|i| format!(r#"{{"id":"T{i:02}","wave":{},"adapter":"claude","prompt":"{}"}}"#, i / 5 + 1, prompt(i)))
         .collect();
     format!(r#"{{"v":"plan/v1","slug":"chaos","max_parallel":3,"tasks":[{}]}}"#, tasks.join(","))
 }
@@ -87,7 +96,10 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
                 let pending =
                     view["pending_steers"].as_array().is_some_and(|a| a.iter().any(|s| s["task"] == t.as_str()));
                 if !pending {
-                    let r = control(&sock, &serde_json::json!({"verb":"steer","task":t,"msg":"continue","by":"chaos"}));
+                    // Redo the task's work (after a conflict its fresh worktree starts from the tip).
+                    let i: usize = t[1..].parse().unwrap();
+                    let msg = format!("continue: {}", prompt(i));
+                    let r = control(&sock, &serde_json::json!({"verb":"steer","task":t,"msg":msg,"by":"chaos"}));
                     if r["ok"] == true {
                         *done.entry("steer").or_default() += 1;
                     }
@@ -147,7 +159,21 @@ fn check_invariants(b: &Bench, run_id: &str, api: &ApiProc, seed: u64) {
         assert_eq!(b.commits_of(&t), 1, "seed {seed}: {t} has {} commits", b.commits_of(&t));
         let sha = harness::git::find_task_commit(&b.repo(), run_id, &t).unwrap();
         assert_eq!(view["tasks"][&t]["sha"], sha.as_str(), "seed {seed}: journal and git disagree on {t}");
+        // The commit's content is its task's: every line it adds was written by that task.
+        let diff = harness::git::run(&b.repo(), &["show", "--format=", "-U0", &sha]).unwrap();
+        let mine = format!("(task {t},");
+        for line in diff.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")) {
+            assert!(line.contains(&mine), "seed {seed}: {t}'s commit {sha} adds a line it did not write: {line}");
+        }
+        let files = harness::git::run(&b.repo(), &["show", "--format=", "--name-only", &sha]).unwrap();
+        assert!(
+            files.lines().any(|f| f == format!("own/{t}.txt")),
+            "seed {seed}: {t}'s commit lacks its own file: {files}"
+        );
     }
+    // No task worktree or task branch outlives the run.
+    assert!(harness::git::run(&b.repo(), &["branch", "--list", "harness/*"]).unwrap().trim().is_empty(), "seed {seed}");
+    assert!(!b.home().join("worktrees").join(run_id).exists(), "seed {seed}: worktrees left");
     // No torn or interleaved line: every line parses, none is reported bad.
     assert!(view["bad_lines"].as_array().unwrap().is_empty(), "seed {seed}: {}", view["bad_lines"]);
     assert!(view["torn_tail"].is_null(), "seed {seed}: torn tail {}", view["torn_tail"]);

@@ -474,6 +474,21 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
     let repo = dir.path().join("d/repo");
     let log = std::process::Command::new("git").arg("-C").arg(&repo).args(["log", "--oneline"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&log.stdout).lines().count(), 5, "4 task commits + the initial one");
+    // One commit per task, and each holds its own task's files only (tasks run in their own worktrees).
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["log", "--format=%x00%s", "--name-only", "-4"])
+        .output()
+        .unwrap();
+    for commit in String::from_utf8_lossy(&out.stdout).split('\0').filter(|c| !c.trim().is_empty()) {
+        let mut lines = commit.lines().filter(|l| !l.is_empty());
+        let subject = lines.next().unwrap();
+        let task = subject.split(':').next().unwrap();
+        for file in lines {
+            assert!(file.contains(task), "{task}'s commit holds {file}, written by another task");
+        }
+    }
     kill_all_with_home(&dir.path().join("d/home"));
 }
 

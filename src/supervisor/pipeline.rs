@@ -490,7 +490,11 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     let subject = format!("{id}: {}", first_line(&task.prompt));
     let wt = ctx.cwd(id);
     let (run, tid, fl) = (ctx.run_id.to_string(), id.to_string(), files.to_vec());
+    let tree = ctx.tree(id);
     let made = tokio::task::spawn_blocking(move || {
+        if let Some(t) = &tree {
+            worktree::settle(t);
+        }
         crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
         match crate::git::find_task_commit(&wt, &run, &tid) {
             Some(sha) => Ok((sha, true)),
@@ -532,6 +536,7 @@ async fn integrate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> 
         if let Some(sha) = crate::git::find_task_commit(&run_wt, &run, &tid) {
             return Ok((sha, true));
         }
+        worktree::settle(&t);
         let Some(sha) = crate::git::find_task_commit(&t.path, &run, &tid) else {
             return Err(format!("no commit of task {tid} in its worktree {}", t.path.display()));
         };

@@ -135,6 +135,9 @@ async fn found_commit(ctx: &Ctx, task: &TaskId) -> Found {
         if let Some(sha) = crate::git::find_task_commit(&wt, &run, &tid) {
             return Found::OnRunBranch(sha);
         }
+        if let Some(t) = &tree {
+            crate::worktree::settle(t);
+        }
         match tree {
             Some(t) if t.path.exists() && crate::git::find_task_commit(&t.path, &run, &tid).is_some() => {
                 Found::InTaskWorktree
