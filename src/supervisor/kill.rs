@@ -46,22 +46,23 @@ fn killpg(pgid: i32, sig: Signal) {
 }
 
 /// TERM the group, wait up to `grace` for it to empty, KILL what is left, then sweep orphans.
-/// Returns how long the group took to disappear.
+/// Returns how long the group took to disappear. Each `/proc` scan runs on the blocking pool.
 pub async fn kill_group(pgid: i32, grace: Duration) -> Duration {
+    let alive = || async move { tokio::task::spawn_blocking(move || group_alive(pgid)).await.unwrap_or(false) };
     let start = Instant::now();
     killpg(pgid, Signal::SIGTERM);
-    while group_alive(pgid) && start.elapsed() < grace {
+    while alive().await && start.elapsed() < grace {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    if group_alive(pgid) {
+    if alive().await {
         killpg(pgid, Signal::SIGKILL);
         let k = Instant::now();
-        while group_alive(pgid) && k.elapsed() < crate::timeouts::KILL_REAP {
+        while alive().await && k.elapsed() < crate::timeouts::KILL_REAP {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
     let took = start.elapsed();
-    sweep_orphans();
+    let _ = tokio::task::spawn_blocking(sweep_orphans).await;
     took
 }
 

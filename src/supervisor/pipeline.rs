@@ -96,7 +96,7 @@ impl Ctx {
     fn append(&self, rec: TaskRecord) -> Step<()> {
         let state = rec.state;
         let task = rec.task.clone();
-        self.journal.append(&rec.into()).map_err(|e| {
+        blocking(|| self.journal.append(&rec.into())).map_err(|e| {
             tracing::error!(RUN_ID = %self.run_id, TASK = %task, error = %e, "journal append failed");
             End::JournalFailed(e.to_string())
         })?;
@@ -126,7 +126,7 @@ impl Ctx {
 
     /// Stops at a boundary when a steer is queued for the task.
     fn check_steered(&self, task: &TaskId) -> Step<()> {
-        match self.journal.view() {
+        match blocking(|| self.journal.view()) {
             Ok(v) if v.pending_steers.iter().any(|s| &s.task == task) => Err(End::Steered),
             Ok(_) => Ok(()),
             Err(e) => Err(End::JournalFailed(e.to_string())),
@@ -144,17 +144,19 @@ impl Ctx {
             started_ts: crate::journal::now_rfc3339(),
             last_output_ts: None,
         };
-        if let Err(e) = liveness::set(path, &self.run_id, task, rec) {
+        if let Err(e) = blocking(|| liveness::set(path, &self.run_id, task, rec)) {
             tracing::warn!(RUN_ID = %self.run_id, TASK = %task, error = %e, "liveness write failed (a cache; going on)");
         }
     }
 
     fn live_state(&self, task: &TaskId, state: LiveState) {
         let Some(path) = &self.liveness else { return };
-        let _ = liveness::update(path, &self.run_id, |l| {
-            if let Some(t) = l.tasks.get_mut(task) {
-                t.state = state;
-            }
+        let _ = blocking(|| {
+            liveness::update(path, &self.run_id, |l| {
+                if let Some(t) = l.tasks.get_mut(task) {
+                    t.state = state;
+                }
+            })
         });
     }
 
@@ -258,7 +260,7 @@ impl Ctx {
         };
         kill::untrack_child(pid);
         // The child's group may outlive it (a wrapper killed hard leaves its engine behind): end it.
-        if kill::group_alive(pid) {
+        if blocking(|| kill::group_alive(pid)) {
             tracing::warn!(RUN_ID = %self.run_id, TASK = %task, pgid = pid, "killing what the child left in its group");
             kill::kill_group(pid, self.kill_grace).await;
         }
@@ -272,6 +274,13 @@ impl Ctx {
         let waited = status.map(|rc| (rc.unwrap_or(exit::TIMED_OUT), stdout));
         waited.map_err(|e| format!("waiting for pid {pid}: {e}"))
     }
+}
+
+/// Runs blocking work (a journal append and its fsync, a liveness write, git, a `/proc` scan) without
+/// stalling the async worker it is called on: the runtime moves its other tasks elsewhere meanwhile.
+/// The supervisor always runs on the multi-threaded runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
 }
 
 /// The `$0` a gate or setup shell of `run` carries, before its task id.
@@ -289,7 +298,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>, task: Task, start: Start) -> End {
 
 async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
     let id = &task.id;
-    let view = ctx.journal.view().map_err(|e| End::JournalFailed(e.to_string()))?;
+    let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
     let known = view.tasks.get(id);
     let mut session = known.and_then(|t| t.session_id.clone());
     let mut files = known.and_then(|t| t.files.clone());
@@ -321,7 +330,7 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
             Start::Commit => {
                 let files = match files.take() {
                     Some(f) => f,
-                    None => crate::git::changed_files(&ctx.cwd(id)),
+                    None => blocking(|| crate::git::changed_files(&ctx.cwd(id))),
                 };
                 commit(ctx, task, current, &files, session.clone()).await?;
                 if ctx.isolation == Isolation::Shared {
@@ -436,7 +445,7 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
 async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
     let id = &task.id;
     let cwd = ctx.cwd(id);
-    let diff = crate::git::review_diff(&cwd, files);
+    let diff = blocking(|| crate::git::review_diff(&cwd, files));
     let prompt = format!(
         "You are the review seat for task {id} of run {}.\n\nThe task was:\n{}\n\nThe change:\n{diff}\n\n\
          Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
