@@ -85,17 +85,18 @@ impl Client {
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let next_after = header("harness-next-after");
         let more = header("harness-more").as_deref() == Some("true");
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?
-            .to_bytes();
+        let body = self.body_of(resp).await?;
         if status != 200 {
             return Ok(Err((status, body)));
         }
         let lines = String::from_utf8_lossy(&body).lines().map(str::to_string).collect();
         Ok(Ok(EventsPage { lines, next_after, more }))
+    }
+
+    /// A whole response body.
+    async fn body_of(&self, resp: hyper::Response<hyper::body::Incoming>) -> Result<Bytes, Unreachable> {
+        let collected = resp.into_body().collect().await;
+        Ok(collected.map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?.to_bytes())
     }
 
     /// A request with an optional JSON body; returns (status, body).
@@ -116,13 +117,7 @@ impl Client {
         let req = b.body(Full::new(bytes)).map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
         let resp = self.send(req).await?;
         let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?
-            .to_bytes();
-        Ok((status, body))
+        Ok((status, self.body_of(resp).await?))
     }
 
     /// Follows an SSE stream, calling `on_event` for each event; reconnects with the last id after a

@@ -130,22 +130,57 @@ pub fn head(worktree: &Path) -> Result<String, GitError> {
 /// Creates a worktree at `path` on a new branch `branch` starting at `start` (the run's tip).
 pub fn worktree_add(repo: &Path, path: &Path, branch: &str, start: &str) -> Result<(), GitError> {
     let p = path.to_string_lossy();
-    git(repo, &["worktree", "add", "-q", "-b", branch, &p, start]).map(|_| ())
+    // --force twice: a path a killed `git worktree add` left registered (missing, or locked while
+    // "initializing") is ours to reuse; -b still refuses a branch that exists.
+    git(repo, &["worktree", "add", "-q", "-f", "-f", "-b", branch, &p, start]).map(|_| ())
 }
 
 /// Removes the worktree at `path` (with whatever it holds) and deletes `branch`; what is already
 /// gone is not an error.
+///
+/// A worktree half-made by a `git worktree add` that was killed (no valid `.git` file yet, or a stale
+/// lock on its branch ref) is removed by hand: the caller holds the repository's worktree-admin lock
+/// and the path and branch are harness's own, so nothing else can be writing them.
 pub fn worktree_remove(repo: &Path, path: &Path, branch: &str) -> Result<(), GitError> {
     let p = path.to_string_lossy();
-    if path.exists() {
-        git(repo, &["worktree", "remove", "--force", "--force", &p])?;
+    if path.exists() && git(repo, &["worktree", "remove", "--force", "--force", &p]).is_err() {
+        std::fs::remove_dir_all(path)
+            .map_err(|e| GitError::Failed { args: format!("rm -r {p}"), detail: e.to_string() })?;
     }
+    let common = git(repo, &["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
+    let common = Path::new(common.trim());
+    remove_admin_entries(common, path);
+    let _ = git(repo, &["worktree", "unlock", &p]);
     git(repo, &["worktree", "prune"])?;
     let exists = git(repo, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")]).is_ok();
-    if exists {
-        git(repo, &["branch", "-q", "-D", branch])?;
+    // update-ref, not `branch -D`: a task branch has no config section, and `branch -D` would need
+    // the repository's config lock (which a killed git can leave behind).
+    if exists && git(repo, &["update-ref", "-d", &format!("refs/heads/{branch}")]).is_err() {
+        let _ = std::fs::remove_file(common.join(format!("refs/heads/{branch}.lock")));
+        git(repo, &["update-ref", "-d", &format!("refs/heads/{branch}")])?;
     }
     Ok(())
+}
+
+/// Removes the admin entries (`<common dir>/worktrees/<name>`) of the worktree at `path`: the one
+/// whose `gitdir` names it, and a half-written one of its name (an interrupted `git worktree add`
+/// can leave `commondir` or `gitdir` empty, and then every worktree command in the repository fails
+/// with "failed to read …/commondir").
+fn remove_admin_entries(common: &Path, path: &Path) {
+    let Some(name) = path.file_name() else { return };
+    let Ok(entries) = std::fs::read_dir(common.join("worktrees")) else { return };
+    let nonempty = |p: std::path::PathBuf| std::fs::read_to_string(p).ok().filter(|t| !t.trim().is_empty());
+    for e in entries.flatten() {
+        let d = e.path();
+        let gitdir = nonempty(d.join("gitdir"));
+        let names_it = gitdir.as_deref().is_some_and(|g| Path::new(g.trim()) == path.join(".git"));
+        let half_written = gitdir.is_none() || nonempty(d.join("commondir")).is_none();
+        let same_name = e.file_name().to_string_lossy().trim_end_matches(|c: char| c.is_ascii_digit())
+            == name.to_string_lossy().trim_end_matches(|c: char| c.is_ascii_digit());
+        if names_it || (half_written && same_name) {
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
 }
 
 /// True when `path` is a complete worktree nobody is writing: HEAD resolves, and its git dir holds

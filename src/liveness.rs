@@ -78,13 +78,24 @@ pub struct Liveness {
     pub supervisor_pid: Option<i32>,
     #[serde(default)]
     pub paused: bool,
+    /// The supervisor's TERM → KILL grace (ms): how long a kill may take, for whoever waits on one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_grace_ms: Option<u64>,
     #[serde(default)]
     pub tasks: BTreeMap<TaskId, TaskLiveness>,
 }
 
 impl Liveness {
     pub fn new(run_id: RunId) -> Liveness {
-        Liveness { v: VERSION.into(), run_id, sock: None, supervisor_pid: None, paused: false, tasks: BTreeMap::new() }
+        Liveness {
+            v: VERSION.into(),
+            run_id,
+            sock: None,
+            supervisor_pid: None,
+            paused: false,
+            kill_grace_ms: None,
+            tasks: BTreeMap::new(),
+        }
     }
 }
 

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 /// Connecting to a supervisor's control socket: a live one accepts at once.
 pub const CONTROL_CONNECT: Duration = Duration::from_secs(2);
-/// The API waiting for a supervisor's answer to a verb. A kill answers once the task's group is gone,
-/// so this allows for the kill grace.
-pub const CONTROL_ANSWER: Duration = Duration::from_secs(60);
+/// The API waiting for a supervisor's answer to a verb (a kill: the run's kill grace plus
+/// `KILL_ANSWER_MARGIN`, as a kill answers once the task's group is gone). No answer within it is a
+/// 504: the verb was delivered and may have been acted on.
+pub const VERB_ANSWER: Duration = Duration::from_secs(10);
+/// What a kill's answer may take beyond the run's kill grace (the KILL, the reap, the journal).
+pub const KILL_ANSWER_MARGIN: Duration = Duration::from_secs(10);
 /// The CLI's own control-socket verbs (`harness stop`, `harness status`).
 pub const CLI_CONTROL_ANSWER: Duration = Duration::from_secs(30);
 /// The demo's `stop` of its run when it exits.

@@ -115,19 +115,17 @@ pub fn existing(home: &Home, run: &RunId) -> Vec<(String, PathBuf)> {
 pub fn clean_run(home: &Home, run_wt: &Path, run: &RunId) -> Result<Vec<String>, GitError> {
     let _admin = admin_lock(run_wt)?;
     let mut removed = Vec::new();
-    for (_, path) in existing(home, run) {
-        let p = path.to_string_lossy();
-        if git::is_worktree(&path) {
-            git::run(run_wt, &["worktree", "remove", "--force", "--force", &p])?;
-        } else {
-            std::fs::remove_dir_all(&path)
-                .map_err(|e| GitError::Failed { args: format!("rm -r {p}"), detail: e.to_string() })?;
+    for (name, path) in existing(home, run) {
+        match TaskId::parse(&name) {
+            Ok(task) => git::worktree_remove(run_wt, &path, &of(home, run, &task).branch)?,
+            Err(_) => std::fs::remove_dir_all(&path)
+                .map_err(|e| GitError::Failed { args: format!("rm -r {}", path.display()), detail: e.to_string() })?,
         }
-        removed.push(p.into_owned());
+        removed.push(path.to_string_lossy().into_owned());
     }
     git::run(run_wt, &["worktree", "prune"])?;
     for b in git::branches_under(run_wt, &branch_prefix(run)) {
-        git::run(run_wt, &["branch", "-q", "-D", &b])?;
+        git::run(run_wt, &["update-ref", "-d", &format!("refs/heads/{b}")])?;
         removed.push(b);
     }
     let _ = std::fs::remove_dir(home.worktrees_dir(run));

@@ -50,15 +50,7 @@ fn recovery_leaves_a_stranger_shell_group_alone_even_when_liveness_names_its_pid
                                  "started_ts": "2026-12-01T00:00:00.000Z"});
     let (code, _, err) = cli(&b.home(), &["liveness", "set", &b.run_id(), "A", &rec.to_string()]);
     assert_eq!(code, 0, "{err}");
-    let child = b
-        .harness("success")
-        .args(["supervise", &b.run_id()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut sup2 = Proc { child };
-    assert_eq!(sup2.wait_exit(T), 0);
+    assert_eq!(b.supervise_to_the_end("success"), 0);
     assert_eq!(b.view()["status"], "finished");
     assert!(stranger.child.try_wait().unwrap().is_none(), "recovery killed a stranger's process group");
 }

@@ -354,15 +354,7 @@ fn second_supervisor_is_refused_and_stale_socket_is_replaced() {
     kill_all_with_home(&b.home());
     assert!(b.sock().exists(), "a SIGKILLed supervisor leaves its socket file");
     // The stale socket is replaced by the next supervisor.
-    let child = b
-        .harness("success")
-        .args(["supervise", &b.run_id()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut sup2 = Proc { child };
-    assert_eq!(sup2.wait_exit(T), 0);
+    assert_eq!(b.supervise_to_the_end("success"), 0);
     assert_eq!(b.view()["status"], "finished");
 }
 

@@ -40,6 +40,7 @@ fn real_systemd_user_manager_runs_the_api_and_supervisors() {
         "ok kill -9 of the supervisor: systemd restarted",
         "ok the run finished; every task committed exactly once",
         "ok journalctl RUN_ID=",
+        "ok journalctl TASK=A1 RUN_ID=",
     ] {
         assert!(text.contains(step), "missing step {step:?}:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
     }

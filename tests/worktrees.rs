@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(30);
@@ -201,10 +201,7 @@ fn supervisor_killed_between_a_tasks_commit_and_its_integration_integrates_it_on
     kill_all_with_home(&b.home());
     assert_eq!(b.commits_of("A") + b.commits_of("B"), 0, "nothing was integrated before the kill");
     std::fs::remove_file(&lock).unwrap();
-    let child =
-        b.harness("success").args(["supervise", &run]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let mut sup2 = Proc { child };
-    assert_eq!(sup2.wait_exit(T), 0);
+    assert_eq!(b.supervise_to_the_end("success"), 0);
     assert_eq!(b.view()["status"], "finished");
     for (t, f) in [("A", "a.txt"), ("B", "b.txt")] {
         assert_eq!(b.commits_of(t), 1, "{t}");

@@ -240,28 +240,25 @@ async fn dispatch(api: Arc<Api>, route: Route, req: Request<Incoming>) -> Result
         }
         Route::Events(run, task) => {
             let q = req.uri().query().map(str::to_string);
-            let after = match stream::query_param(q.as_deref(), "after")? {
-                Some(a) if !a.is_empty() => Some(
-                    crate::events::Seq::parse(&a)
-                        .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("after: {e}")))?,
-                ),
-                _ => None,
-            };
-            let limit = match stream::query_param(q.as_deref(), "limit")? {
-                None => stream::PAGE_DEFAULT,
-                Some(l) => match l.parse::<usize>() {
-                    Ok(n @ 1..=stream::PAGE_MAX) => n,
-                    _ => {
-                        return Err(error_response(
-                            StatusCode::BAD_REQUEST,
-                            format!("limit must be an integer 1..={}", stream::PAGE_MAX),
-                        ));
-                    }
-                },
+            let after = stream::cursor(stream::query_param(q.as_deref(), "after")?.as_deref(), "after")?;
+            // Above the largest page is served as the largest page, and the answer says so.
+            let (limit, clamped) = match stream::query_param(q.as_deref(), "limit")? {
+                None => (stream::PAGE_DEFAULT, false),
+                Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) && l.bytes().any(|b| b != b'0') => {
+                    // Digits too many for a u64 are a very large page: clamped like any other.
+                    let n = l.parse::<u64>().unwrap_or(u64::MAX);
+                    ((n as usize).min(stream::PAGE_MAX), n > stream::PAGE_MAX as u64)
+                }
+                Some(_) => {
+                    return Err(error_response(
+                        StatusCode::BAD_REQUEST,
+                        format!("limit must be a positive integer (pages hold at most {})", stream::PAGE_MAX),
+                    ));
+                }
             };
             let a = api.clone();
             Ok(blocking(move || match stream::source(&a, &run, &task) {
-                Ok(src) => stream::events_page(&a, &src, after, limit),
+                Ok(src) => stream::events_page(&a, &src, after, limit, clamped),
                 Err(r) => r,
             })
             .await?)

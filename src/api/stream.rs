@@ -54,11 +54,15 @@ pub fn last_event_id(headers: &hyper::HeaderMap, query: Option<&str>) -> Result<
         ),
         None => query_param(query, "lastEventId")?,
     };
-    match raw.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(s) => {
-            Seq::parse(s).map(Some).map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("Last-Event-ID: {e}")))
-        }
+    cursor(raw.as_deref(), "Last-Event-ID")
+}
+
+/// A stream or page cursor: a seq, or absent / empty / `0` for "from the beginning" (line 1 is the
+/// first line, so `0` names the position before it).
+pub fn cursor(raw: Option<&str>, name: &str) -> Result<Option<Seq>, Response<Body>> {
+    match raw.map(str::trim) {
+        None | Some("") | Some("0") => Ok(None),
+        Some(s) => Seq::parse(s).map(Some).map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("{name}: {e}"))),
     }
 }
 
@@ -264,7 +268,7 @@ fn overflow_event<'a>(run: &'a str, task: &'a str, first: Seq, last: Seq) -> Eve
 /// `GET …/events?after=&limit=`: up to `limit` events after `after`, as JSON lines. The response
 /// header `Harness-Next-After` is the seq to pass as `after` for the next page; `Harness-More` says
 /// whether the log holds more complete lines now.
-pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize) -> Response<Body> {
+pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize, clamped: bool) -> Response<Body> {
     let run = src.pointer.run_id.to_string();
     let task = src.task.to_string();
     let w = Writer::new(&run, &task);
@@ -309,6 +313,10 @@ pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize) ->
         r.headers_mut().insert("harness-next-after", v);
     }
     r.headers_mut().insert("harness-more", HeaderValue::from_static(if more { "true" } else { "false" }));
+    if clamped {
+        // The page was asked for more than the largest page: say what was served.
+        r.headers_mut().insert("harness-limit", HeaderValue::from(limit));
+    }
     r
 }
 

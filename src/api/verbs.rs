@@ -109,7 +109,16 @@ pub async fn verb(
     let a = api.clone();
     let r = run.clone();
     let pointer = super::blocking(move || a.durable.pointer(&r)).await?.map_err(super::durable_error)?;
-    tracing::info!(RUN_ID = %run, TASK = ?task, VERB = verb.as_str(), by = %by, "verb");
+    let live_path = pointer.liveness_path();
+    let kill_grace =
+        super::blocking(move || crate::liveness::get(&live_path).ok().flatten().and_then(|l| l.kill_grace_ms))
+            .await?
+            .map_or(crate::supervisor::Options::default().kill_grace, std::time::Duration::from_millis);
+    // Plain strings, so `journalctl RUN_ID=… TASK=… VERB=…` finds the line.
+    match &task {
+        Some(t) => tracing::info!(RUN_ID = %run, TASK = t.as_str(), VERB = verb.as_str(), by = %by, "verb"),
+        None => tracing::info!(RUN_ID = %run, VERB = verb.as_str(), by = %by, "verb"),
+    }
     if pointer.plane == Plane::Dynwf {
         let task2 = task.clone();
         let result = super::blocking(move || crate::inbox::append(&pointer, verb, task2, msg, interrupt, &by)).await?;
@@ -136,9 +145,21 @@ pub async fn verb(
         Verb::Resume => Request::Resume { by },
         Verb::Stop => Request::Stop { by },
     };
-    let reply = control::request(&sock, &request, timeouts::CONTROL_ANSWER)
-        .await
-        .map_err(|e| error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")))?;
+    // A kill answers once the task's group is gone: the run's kill grace plus a margin.
+    let budget = match verb {
+        Verb::Kill => kill_grace + timeouts::KILL_ANSWER_MARGIN,
+        _ => timeouts::VERB_ANSWER,
+    };
+    let reply = control::request(&sock, &request, budget).await.map_err(|e| match e {
+        control::ClientError::NoAnswer { after, .. } => error_response(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "no answer from the supervisor within {} s; it may have acted — see GET /runs/{run}",
+                after.as_secs()
+            ),
+        ),
+        e => error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")),
+    })?;
     match reply {
         Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Reply::Refused(r) => {

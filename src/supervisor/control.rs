@@ -387,6 +387,9 @@ pub enum ClientError {
     Connect { path: String, source: std::io::Error },
     #[error("supervisor at {path}: {detail}")]
     Io { path: String, detail: String },
+    /// Delivered, but no answer came within the budget: the supervisor may have acted.
+    #[error("no answer from the supervisor at {path} within {} s", after.as_secs())]
+    NoAnswer { path: String, after: Duration },
 }
 
 /// Sends one request to the supervisor socket at `path` and returns its response.
@@ -403,7 +406,7 @@ pub async fn request(path: &Path, req: &Request, timeout: Duration) -> Result<Re
     let mut r = BufReader::new(s);
     let mut buf = String::new();
     match tokio::time::timeout(timeout, r.read_line(&mut buf)).await {
-        Err(_) => Err(ClientError::Io { path: p, detail: format!("no answer within {timeout:?}") }),
+        Err(_) => Err(ClientError::NoAnswer { path: p, after: timeout }),
         Ok(Err(e)) => Err(io(e)),
         Ok(Ok(0)) => Err(ClientError::Io { path: p, detail: "closed without an answer".into() }),
         Ok(Ok(_)) => serde_json::from_str(&buf)

@@ -46,6 +46,7 @@ impl Scheduler {
                 l.sock = sock.clone();
                 l.supervisor_pid = Some(std::process::id() as i32);
                 l.paused = paused;
+                l.kill_grace_ms = Some(ctx.kill_grace.as_millis() as u64);
                 l.tasks.clear();
             })?;
         }

@@ -26,7 +26,12 @@ impl Scheduler {
     pub(super) async fn handle(&mut self, env: Envelope) {
         let Envelope { req, reply } = env;
         let by = journal::clip_by(req.by().filter(|b| !b.is_empty()).unwrap_or(DEFAULT_BY));
-        tracing::info!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), TASK = req.task().map(TaskId::as_str).unwrap_or(""), by = %by, "control verb");
+        match req.task() {
+            Some(t) => {
+                tracing::info!(RUN_ID = %self.ctx.run_id, TASK = t.as_str(), VERB = req.verb(), by = %by, "control verb")
+            }
+            None => tracing::info!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), by = %by, "control verb"),
+        }
         self.idle_since = None;
         let answer: Result<Answer, Refusal> = match &req {
             Request::Status { .. } => Ok(self.status()),

@@ -440,6 +440,27 @@ impl Bench {
     pub fn controls(&self, verb: &str) -> Vec<serde_json::Value> {
         self.journal().into_iter().filter(|r| r["kind"] == "control" && r["verb"] == verb).collect()
     }
+    /// Runs `harness supervise <runId>` (recovery) with `scenario` until it exits; its exit code.
+    /// Its stderr goes to `supervise.log` in the bench dir, shown when it does not exit in time.
+    pub fn supervise_to_the_end(&self, scenario: &str) -> i32 {
+        let log = self.dir.path().join("supervise.log");
+        let child = self
+            .harness(scenario)
+            .args(["supervise", &self.run_id()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut p = Proc { child };
+        wait_for(Duration::from_secs(30), || p.child.try_wait().unwrap().map(|s| s.code().unwrap_or(-1)))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the supervisor did not exit within 30 s: {:#}\n{}",
+                    self.view()["tasks"],
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            })
+    }
     /// Commits in the repo carrying this run's and task's trailers.
     pub fn commits_of(&self, task: &str) -> usize {
         harness::git::count_task_commits(&self.repo(), &self.run_id(), task)

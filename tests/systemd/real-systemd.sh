@@ -106,6 +106,8 @@ main=$(systemctl --user show -p MainPID --value "$unit")
 [ "$main" -gt 0 ] || fail "no MainPID for $unit"
 kill -9 "$main"
 # shellcheck disable=SC2317 # called through wait_until
+journal_has_verb() { journalctl --no-pager -o cat "RUN_ID=$run" "TASK=A1" "VERB=kill" 2> /dev/null | grep -q verb; }
+# shellcheck disable=SC2317 # called through wait_until
 restarted_once() { [ "$(systemctl --user show -p NRestarts --value "$unit")" = 1 ]; }
 wait_until 15 restarted_once || fail "NRestarts is $(systemctl --user show -p NRestarts --value "$unit")"
 say "kill -9 of the supervisor: systemd restarted $unit (NRestarts=1)"
@@ -121,6 +123,13 @@ n=$(journalctl --no-pager -o cat "RUN_ID=$run" 2> /dev/null | wc -l)
 [ "$n" -gt 5 ] || fail "journalctl RUN_ID=$run shows $n lines"
 journalctl --no-pager -o cat "RUN_ID=$run" | grep -q "task state" || fail "no task state records in the journal"
 say "journalctl RUN_ID=$run shows $n records (from $unit)"
+
+# Fields are plain strings: a verb's line is found by its task and verb (the run is over: a 409).
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST -H 'Content-Type: application/json' -d '{}' \
+  "http://127.0.0.1:7878/runs/$run/tasks/A1/kill")
+[ "$code" = 409 ] || fail "kill of a finished run's task answered $code"
+wait_until 10 journal_has_verb || fail "journalctl RUN_ID=$run TASK=A1 VERB=kill finds nothing"
+say "journalctl TASK=A1 RUN_ID=$run VERB=kill finds the verb's line"
 
 systemctl --user stop harness-api.socket harness-api.service > /dev/null 2>&1
 kill "$(systemctl --user show -p MainPID --value init.scope 2> /dev/null || echo 0)" 2> /dev/null
