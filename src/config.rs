@@ -21,6 +21,8 @@ pub enum ConfigError {
     EmptyToken { path: PathBuf },
     #[error("cannot read the token {}: {reason}", path.display())]
     UnreadableToken { path: PathBuf, reason: String },
+    #[error("cannot create the token {}: {reason}", path.display())]
+    CannotCreate { path: PathBuf, reason: String },
 }
 
 /// The default API address: `$HARNESS_API_ADDR` or 127.0.0.1:7878.
@@ -36,6 +38,32 @@ pub fn api_addr() -> Result<SocketAddr, ConfigError> {
 /// The token file of a home.
 pub fn token_path(home: &Home) -> PathBuf {
     home.root.join("api.token")
+}
+
+/// The API token, made when none is configured: 256 random bits from the OS, hex, written to
+/// `$HARNESS_HOME/api.token` (mode 0600, created exclusively: a concurrent creator's token wins).
+pub fn ensure_api_token(home: &Home) -> Result<String, ConfigError> {
+    if let Some(t) = api_token(home)? {
+        return Ok(t);
+    }
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = token_path(home);
+    let fail = |e: &dyn std::fmt::Display| ConfigError::CannotCreate { path: path.clone(), reason: e.to_string() };
+    home.ensure().map_err(|e| fail(&e))?;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(|e| fail(&e))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+        Ok(mut f) => {
+            f.write_all(format!("{token}\n").as_bytes()).and_then(|_| f.sync_all()).map_err(|e| fail(&e))?;
+            Ok(token)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            api_token(home)?.ok_or_else(|| ConfigError::EmptyToken { path: path.clone() })
+        }
+        Err(e) => Err(fail(&e)),
+    }
 }
 
 /// The API token: `$HARNESS_API_TOKEN`, else `$HARNESS_HOME/api.token` (refused unless mode 0600).

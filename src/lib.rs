@@ -20,6 +20,7 @@ pub mod journal;
 pub mod launchd;
 pub mod liveness;
 pub mod normalize;
+pub mod peer;
 pub mod plan;
 pub mod registry;
 pub mod render;

@@ -377,7 +377,8 @@ fn origins_token_and_listen_rules() {
     assert_eq!(r.header("access-control-allow-origin"), Some("http://127.0.0.1:5173"));
     drop(api);
 
-    // A token: every route needs it, header or query; compared exactly.
+    // A token: every other uid needs it, header or query, compared exactly; the API's own uid needs
+    // none (issue 15: it used to need it too), but a wrong token is refused whoever presents it.
     let mut cmd = harness(home.path());
     cmd.env("HARNESS_API_TOKEN", "s3cret").args(["api", "--listen", "127.0.0.1:0"]).stdout(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -385,15 +386,17 @@ fn origins_token_and_listen_rules() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
     let _p = Proc { child };
     let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
-    let r = http(port, "GET", "/runs", &[], None);
+    assert_eq!(http(port, "GET", "/runs", &[], None).status, 200);
+    let r = http(port, "GET", "/runs", &[("Authorization", "Bearer wrong")], None);
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
-    assert_eq!(http(port, "GET", "/runs", &[("Authorization", "Bearer wrong")], None).status, 401);
     assert_eq!(http(port, "GET", "/runs", &[("Authorization", "Bearer s3cret")], None).status, 200);
     assert_eq!(http(port, "GET", "/runs?token=s3cret", &[], None).status, 200);
 
-    // Non-loopback without a token is refused at start; a world-readable token file too.
-    let (code, _, err) = cli(home.path(), &["api", "--listen", "0.0.0.0:0"]);
+    // Non-loopback without a token is refused at start (in a home where no API has run yet: the
+    // first `harness api` makes a token); a world-readable token file too.
+    let untouched = tempfile::tempdir().unwrap();
+    let (code, _, err) = cli(untouched.path(), &["api", "--listen", "0.0.0.0:0"]);
     assert_eq!(code, 2);
     assert!(err.contains("needs a token"), "{err}");
     std::fs::write(home.path().join("api.token"), "t").unwrap();

@@ -190,11 +190,17 @@ fn supervisor_killed_between_a_tasks_commit_and_its_integration_integrates_it_on
     };
     wait_for(T, || (committed_in_worktree("A") && committed_in_worktree("B")).then_some(()))
         .unwrap_or_else(|| panic!("tasks never committed in their worktrees: {}", b.supervisor_log()));
-    // The supervisor keeps answering while the integrator waits on git's index lock.
-    let t0 = Instant::now();
-    let status = control(&b.sock(), &serde_json::json!({"verb":"status"}));
-    let took = t0.elapsed();
-    assert_eq!(status["ok"], true, "{status}");
+    // The supervisor keeps answering while the integrator waits on git's index lock (which it would
+    // wait on for 30 s): the fastest of three asks, so a busy CI core does not decide it.
+    let took = (0..3)
+        .map(|_| {
+            let t0 = Instant::now();
+            let status = control(&b.sock(), &serde_json::json!({"verb":"status"}));
+            assert_eq!(status["ok"], true, "{status}");
+            t0.elapsed()
+        })
+        .min()
+        .unwrap();
     assert!(took < Duration::from_millis(50), "status took {took:?} while a commit waited");
     sup.child.kill().unwrap();
     sup.child.wait().unwrap();

@@ -5,7 +5,10 @@
 //! - the `Origin` allowlist: a browser request from any origin that is neither the API's own nor
 //!   configured (`--allow-origin`) is refused (CSRF, cross-site reads); allowed origins get exact
 //!   CORS answers, never `*`;
-//! - the optional bearer token (`Authorization: Bearer <t>` or `?token=<t>`, compared in constant time).
+//! - who the peer is: a process of the API's own uid passes with nothing to present; anyone else
+//!   (another uid, or a peer whose uid cannot be found: a non-loopback listener, a lookup failure)
+//!   needs the bearer token (`Authorization: Bearer <t>` or `?token=<t>`, compared in constant time;
+//!   the header wins when both are given). A token presented must be right, whoever presents it.
 
 use hyper::HeaderMap;
 use hyper::header::HOST;
@@ -18,6 +21,58 @@ pub enum Via {
     /// A Unix socket: only local processes with file access reach it; `Host: localhost` is what
     /// curl sends there.
     Unix,
+}
+
+/// One accepted connection: its listener and the peer's uid, found once when it was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conn {
+    pub via: Via,
+    pub uid: Option<u32>,
+}
+
+/// Why a request may not go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// A token was presented and it is wrong (401).
+    BadToken(String),
+    /// Another uid (or an unknown one) without a token (403).
+    Foreign(String),
+}
+
+/// The token a request presents: the `Authorization: Bearer` header, else `?token=`.
+fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    let from_header = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|v| v.trim().to_string());
+    from_header.or_else(|| {
+        query.and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix("token="))
+                .and_then(|v| crate::api::routes::percent_decode(v).ok())
+        })
+    })
+}
+
+/// Decides who may go on: the owner's uid with no token; anyone with the right token; a wrong token
+/// is refused whoever presents it.
+pub fn check_access(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    token: Option<&str>,
+    peer_uid: Option<u32>,
+    owner: u32,
+) -> Result<(), Denied> {
+    match (presented(headers, query), token) {
+        (Some(g), Some(want)) if constant_time_eq(g.as_bytes(), want.as_bytes()) => Ok(()),
+        (Some(_), _) => Err(Denied::BadToken("invalid token".into())),
+        (None, _) if peer_uid == Some(owner) => Ok(()),
+        (None, _) => Err(Denied::Foreign(format!(
+            "connection from uid {}: only uid {owner} (this API's owner) or a bearer token may use this API",
+            peer_uid.map_or_else(|| "unknown".to_string(), |u| u.to_string())
+        ))),
+    }
 }
 
 /// Checks the `Host` header. Exactly one must be present.
@@ -83,25 +138,6 @@ fn short(s: &str) -> String {
     s.chars().take(100).collect()
 }
 
-/// Checks the bearer token (header or `token` query parameter) when one is configured.
-pub fn check_token(headers: &HeaderMap, query: Option<&str>, token: Option<&str>) -> Result<(), String> {
-    let Some(want) = token else { return Ok(()) };
-    let from_header = headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let from_query = query.and_then(|q| {
-        q.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(|v| crate::api::routes::percent_decode(v).ok())
-    });
-    let given = from_header.map(str::to_string).or(from_query);
-    match given {
-        Some(g) if constant_time_eq(g.as_bytes(), want.as_bytes()) => Ok(()),
-        Some(_) => Err("invalid token".into()),
-        None => Err("a token is required: Authorization: Bearer <token> or ?token=<token>".into()),
-    }
-}
-
 /// Compares without an early exit (the length is not secret).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -146,13 +182,20 @@ mod tests {
         assert_eq!(check_origin(&h, Via::Tcp(7878), &allow), Ok(OriginOk::Cors("http://127.0.0.1:5173".into())));
         h.insert(hyper::header::ORIGIN, HeaderValue::from_static("null"));
         assert!(check_origin(&h, Via::Tcp(7878), &allow).is_err());
+        // Who gets in: the owner with nothing; another or an unknown uid only with the token; a
+        // wrong token never; the header wins over the query.
+        let (owner, stranger) = (1000, Some(65534));
         let mut h = HeaderMap::new();
-        assert!(check_token(&h, None, None).is_ok());
-        assert!(check_token(&h, None, Some("s3")).is_err());
-        assert!(check_token(&h, Some("a=1&token=s3"), Some("s3")).is_ok());
+        assert!(check_access(&h, None, None, Some(owner), owner).is_ok());
+        assert!(check_access(&h, None, Some("s3"), Some(owner), owner).is_ok());
+        assert!(matches!(check_access(&h, None, Some("s3"), stranger, owner), Err(Denied::Foreign(_))));
+        assert!(matches!(check_access(&h, None, Some("s3"), None, owner), Err(Denied::Foreign(_))));
+        assert!(matches!(check_access(&h, None, None, stranger, owner), Err(Denied::Foreign(_))));
+        assert!(check_access(&h, Some("a=1&token=s3"), Some("s3"), stranger, owner).is_ok());
         h.insert(hyper::header::AUTHORIZATION, HeaderValue::from_static("Bearer s3"));
-        assert!(check_token(&h, None, Some("s3")).is_ok());
-        assert!(check_token(&h, None, Some("s4")).is_err());
+        assert!(check_access(&h, None, Some("s3"), stranger, owner).is_ok());
+        assert!(check_access(&h, Some("token=nope"), Some("s3"), stranger, owner).is_ok());
+        assert!(matches!(check_access(&h, None, Some("s4"), Some(owner), owner), Err(Denied::BadToken(_))));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub use server::{Listener, ServeError, ServeOptions, serve, serve_on};
 
 use bytes::Bytes;
 use durable::{Durable, DurableError};
-use guard::Via;
+use guard::Conn;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
@@ -76,6 +76,8 @@ pub struct Api {
     pub streams: std::sync::atomic::AtomicUsize,
     /// The token in force: `cfg.token` at start, re-read on SIGHUP (token rotation).
     pub token: std::sync::RwLock<Option<String>>,
+    /// This process's uid: a peer of the same uid needs no token.
+    pub owner_uid: u32,
 }
 
 impl Api {
@@ -89,6 +91,7 @@ impl Api {
             shutdown,
             streams: Default::default(),
             token: std::sync::RwLock::new(cfg_token),
+            owner_uid: crate::peer::own_uid(),
         }
     }
 }
@@ -131,8 +134,10 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
         .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("worker failed: {e}")))
 }
 
-/// Handles one request: Host, then Origin, then token, then route and method.
-pub async fn handle(api: Arc<Api>, via: Via, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+/// Handles one request: Host, then Origin, then who the peer is (uid or token), then route and
+/// method.
+pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let via = conn.via;
     if let Err(detail) = guard::check_host(req.headers(), via) {
         return Ok(error_response(StatusCode::FORBIDDEN, detail));
     }
@@ -140,7 +145,7 @@ pub async fn handle(api: Arc<Api>, via: Via, req: Request<Incoming>) -> Result<R
         Ok(o) => o,
         Err(detail) => return Ok(error_response(StatusCode::FORBIDDEN, detail)),
     };
-    let mut resp = respond(api, req, &origin).await;
+    let mut resp = respond(api, conn, req, &origin).await;
     if let guard::OriginOk::Cors(o) = &origin
         && let Ok(v) = HeaderValue::from_str(o)
     {
@@ -155,7 +160,7 @@ pub async fn handle(api: Arc<Api>, via: Via, req: Request<Incoming>) -> Result<R
     Ok(resp)
 }
 
-async fn respond(api: Arc<Api>, req: Request<Incoming>, origin: &guard::OriginOk) -> Response<Body> {
+async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &guard::OriginOk) -> Response<Body> {
     let route = match routes::route(req.uri().path()) {
         Ok(r) => r,
         Err(e @ RouteError::NotFound(_)) => return error_response(StatusCode::NOT_FOUND, e.to_string()),
@@ -181,12 +186,6 @@ async fn respond(api: Arc<Api>, req: Request<Incoming>, origin: &guard::OriginOk
         }
         return r;
     }
-    let token = api.token.read().unwrap_or_else(|p| p.into_inner()).clone();
-    if let Err(detail) = guard::check_token(req.headers(), req.uri().query(), token.as_deref()) {
-        let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
-        r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return r;
-    }
     if !route.methods().contains(&req.method().as_str()) {
         let mut r = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -194,6 +193,19 @@ async fn respond(api: Arc<Api>, req: Request<Incoming>, origin: &guard::OriginOk
         );
         r.headers_mut().insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
         return r;
+    }
+    let token = api.token.read().unwrap_or_else(|p| p.into_inner()).clone();
+    match guard::check_access(req.headers(), req.uri().query(), token.as_deref(), conn.uid, api.owner_uid) {
+        Ok(()) => {}
+        Err(guard::Denied::BadToken(detail)) => {
+            let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
+            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return r;
+        }
+        Err(guard::Denied::Foreign(detail)) => {
+            tracing::warn!(peer_uid = ?conn.uid, path = %req.uri().path(), "refused a connection of another uid");
+            return error_response(StatusCode::FORBIDDEN, detail);
+        }
     }
     dispatch(api, route, req).await.unwrap_or_else(|r| r)
 }

@@ -2,7 +2,7 @@
 //! READY/STATUS/WATCHDOG for the service manager, and the accept loop with graceful shutdown. Used by
 //! `harness api` and `harness demo` alike. Decides nothing about requests (`handle` does).
 
-use super::guard::Via;
+use super::guard::{Conn, Via};
 use super::{Api, Config, handle};
 use crate::home::Home;
 use crate::service::Activated;
@@ -146,14 +146,14 @@ pub async fn serve_on(api: Arc<Api>, listeners: Vec<Listener>, mut shutdown: wat
     // Slowloris defence: a client gets this long to send its request head.
     builder.timer(TokioTimer::new()).header_read_timeout(timeouts::HEADER_READ);
     let builder = Arc::new(builder);
-    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(Box<dyn ConnIo>, Via)>(64);
+    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(Box<dyn ConnIo>, Conn)>(64);
     let mut accepters = Vec::new();
     for l in listeners {
         let tx = conn_tx.clone();
         let mut sd = shutdown.clone();
         accepters.push(tokio::spawn(async move {
             loop {
-                let accepted: Option<(Box<dyn ConnIo>, Via)> = tokio::select! {
+                let accepted: Option<(Box<dyn ConnIo>, Conn)> = tokio::select! {
                     _ = sd.changed() => return,
                     a = accept(&l) => a,
                 };
@@ -170,9 +170,9 @@ pub async fn serve_on(api: Arc<Api>, listeners: Vec<Listener>, mut shutdown: wat
         tokio::select! {
             _ = shutdown.changed() => break,
             c = conn_rx.recv() => {
-                let Some((io, via)) = c else { break };
+                let Some((io, conn)) = c else { break };
                 let api = api.clone();
-                let svc = hyper::service::service_fn(move |req| handle(api.clone(), via, req));
+                let svc = hyper::service::service_fn(move |req| handle(api.clone(), conn, req));
                 let conn = builder.serve_connection(TokioIo::new(io), svc);
                 let fut = graceful.watch(conn);
                 tokio::spawn(async move {
@@ -195,14 +195,21 @@ pub async fn serve_on(api: Arc<Api>, listeners: Vec<Listener>, mut shutdown: wat
 pub trait ConnIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> ConnIo for T {}
 
-async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Via)> {
-    let r: std::io::Result<(Box<dyn ConnIo>, Via)> = match l {
-        Listener::Tcp(t) => t.accept().await.map(|(s, _)| {
-            let port = s.local_addr().map(|a| a.port()).unwrap_or(0);
+/// Accepts one connection and finds who is on the other end, once per connection: the peer's uid
+/// from the kernel (SO_PEERCRED for Unix, sock_diag for loopback TCP); `None` when it cannot tell.
+async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Conn)> {
+    let r: std::io::Result<(Box<dyn ConnIo>, Conn)> = match l {
+        Listener::Tcp(t) => t.accept().await.map(|(s, peer)| {
+            let local = s.local_addr().ok();
             let _ = s.set_nodelay(true);
-            (Box::new(s) as Box<dyn ConnIo>, Via::Tcp(port))
+            let uid = local.and_then(|local| crate::peer::tcp_peer_uid(local, peer));
+            let port = local.map_or(0, |a| a.port());
+            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Tcp(port), uid })
         }),
-        Listener::Unix(u) => u.accept().await.map(|(s, _)| (Box::new(s) as Box<dyn ConnIo>, Via::Unix)),
+        Listener::Unix(u) => u.accept().await.map(|(s, _)| {
+            let uid = s.peer_cred().ok().map(|c| c.uid());
+            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Unix, uid })
+        }),
     };
     match r {
         Ok(c) => Some(c),

@@ -158,6 +158,18 @@ pub(super) fn clean(run: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+pub(super) fn token(url: bool) -> Result<(), CliError> {
+    let home = home()?;
+    let t = crate::config::ensure_api_token(&home).map_err(|e| CliError::Failed(e.to_string()))?;
+    if url {
+        let addr = crate::config::api_addr().map_err(usage)?;
+        out(&format!("http://{addr}/runs?token={t}"));
+    } else {
+        out(&t);
+    }
+    Ok(())
+}
+
 pub(super) fn plan_check(plan: &Path) -> Result<(), CliError> {
     let p = Plan::load(plan).map_err(usage)?;
     out(&format!("ok: plan {} with {} tasks in {} waves", p.slug, p.tasks.len(), p.waves().len()));

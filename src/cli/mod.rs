@@ -206,6 +206,13 @@ enum Cmd {
     Stop { run: String },
     /// Ask a run's supervisor for its status (over the control socket).
     Status { run: String },
+    /// Print the API's bearer token (made when there is none): what another uid, or a browser tab of
+    /// another user, presents. The API's own uid needs none.
+    Token {
+        /// Print the API's URL with `?token=` instead (for a browser tab).
+        #[arg(long)]
+        url: bool,
+    },
     /// Remove a run's task worktrees and task branches (what its supervisor removes when the run
     /// ends). Refused while the run's supervisor is live.
     Clean { run: String },
@@ -421,6 +428,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
         Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
         Cmd::Clean { run } => local::clean(&run),
+        Cmd::Token { url } => local::token(url),
         Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
             local::inbox_append(&run, verb, task.as_deref(), msg, interrupt, &by)
         }

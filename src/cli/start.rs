@@ -28,15 +28,17 @@ fn api_config(home: &Home, f: &mut ApiFlags) -> Result<crate::api::Config, CliEr
     if !(2..=1_000_000).contains(&f.stream_buffer) {
         return Err(usage("--stream-buffer must be between 2 and 1000000 events"));
     }
-    let token = config::api_token(home).map_err(usage)?;
+    let configured = config::api_token(home).map_err(usage)?;
     if f.listen.is_empty() {
         f.listen.push(config::api_addr().map_err(usage)?);
     }
-    if let Some(a) = f.listen.iter().find(|a| !a.ip().is_loopback() && token.is_none()) {
+    if let Some(a) = f.listen.iter().find(|a| !a.ip().is_loopback() && configured.is_none()) {
         return Err(usage(format!(
             "--listen {a}: a non-loopback address needs a token (HARNESS_API_TOKEN or $HARNESS_HOME/api.token)"
         )));
     }
+    // Other uids need the token: made on first start when none is configured (`harness token`).
+    let token = Some(config::ensure_api_token(home).map_err(|e| CliError::Failed(e.to_string()))?);
     if let Ok(env) = std::env::var("HARNESS_API_ALLOW_ORIGINS") {
         f.allow_origin.extend(env.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string));
     }

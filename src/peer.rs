@@ -1,0 +1,112 @@
+//! Who is on the other end of an accepted connection: the peer process's uid. A Unix socket tells it
+//! directly (`SO_PEERCRED`); for a loopback TCP connection the kernel's socket table knows the uid
+//! that owns the peer's socket, and netlink `sock_diag` asks it for exactly that socket (its 4-tuple
+//! seen from its own side): one request, one answer, no scan of `/proc/net/tcp`. Anything it cannot
+//! tell (not loopback, another OS, an error) is `None`, and callers fail closed. Decides nothing.
+
+use std::net::{IpAddr, SocketAddr};
+
+/// The uid owning the socket at `peer` connected to `local` (both ends on this machine).
+#[cfg(target_os = "linux")]
+pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    if !peer.ip().is_loopback() || !local.ip().is_loopback() {
+        return None;
+    }
+    diag::lookup(local, peer).ok().flatten()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn tcp_peer_uid(_local: SocketAddr, _peer: SocketAddr) -> Option<u32> {
+    None
+}
+
+/// This process's effective uid (the owner every peer is compared with).
+pub fn own_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// An address as `inet_diag_sockid` holds it: four big-endian words (IPv4 in the first).
+fn diag_words(ip: IpAddr) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    match ip {
+        IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => out.copy_from_slice(&v6.octets()),
+    }
+    out
+}
+
+#[cfg(target_os = "linux")]
+mod diag {
+    use super::diag_words;
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
+    };
+    use std::net::SocketAddr;
+    use std::os::fd::AsRawFd;
+
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLMSG_ERROR: u16 = 2;
+    const IPPROTO_TCP: u8 = 6;
+    /// `nlmsghdr` (16) + `inet_diag_req_v2` (56).
+    const REQUEST_LEN: usize = 72;
+    /// Offset of `idiag_uid` in the answer: `nlmsghdr` (16) + family, state, timer, retrans (4) +
+    /// `inet_diag_sockid` (48) + expires, rqueue, wqueue (12).
+    const UID_AT: usize = 80;
+
+    /// Asks for the one TCP socket whose own address is `peer` and whose remote is `local`.
+    pub(super) fn lookup(local: SocketAddr, peer: SocketAddr) -> nix::Result<Option<u32>> {
+        let fd =
+            socket(AddressFamily::Netlink, SockType::Datagram, SockFlag::SOCK_CLOEXEC, SockProtocol::NetlinkSockDiag)?;
+        let family: u8 = if peer.is_ipv4() { libc::AF_INET as u8 } else { libc::AF_INET6 as u8 };
+        let mut req = [0u8; REQUEST_LEN];
+        req[0..4].copy_from_slice(&(REQUEST_LEN as u32).to_ne_bytes());
+        req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        req[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+        req[8..12].copy_from_slice(&1u32.to_ne_bytes()); // seq
+        // inet_diag_req_v2
+        req[16] = family;
+        req[17] = IPPROTO_TCP;
+        req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes()); // every state
+        // inet_diag_sockid: the peer's socket, seen from its side.
+        req[24..26].copy_from_slice(&peer.port().to_be_bytes());
+        req[26..28].copy_from_slice(&local.port().to_be_bytes());
+        req[28..44].copy_from_slice(&diag_words(peer.ip()));
+        req[44..60].copy_from_slice(&diag_words(local.ip()));
+        req[64..72].copy_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
+        sendto(fd.as_raw_fd(), &req, &NetlinkAddr::new(0, 0), MsgFlags::empty())?;
+        let mut buf = [0u8; 512];
+        let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+        if n < UID_AT + 4 {
+            return Ok(None);
+        }
+        let kind = u16::from_ne_bytes([buf[4], buf[5]]);
+        if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
+            return Ok(None);
+        }
+        Ok(Some(u32::from_ne_bytes([buf[UID_AT], buf[UID_AT + 1], buf[UID_AT + 2], buf[UID_AT + 3]])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_peer_is_found_with_our_uid_over_v4_and_v6() {
+        for addr in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(l) = std::net::TcpListener::bind(addr) else { continue };
+            let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (s, peer) = l.accept().unwrap();
+            assert_eq!(peer, c.local_addr().unwrap());
+            assert_eq!(tcp_peer_uid(s.local_addr().unwrap(), peer), Some(own_uid()), "{addr}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_socket_is_none() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(tcp_peer_uid(l.local_addr().unwrap(), nobody), None);
+    }
+}
