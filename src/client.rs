@@ -1,6 +1,7 @@
 //! The CLI's HTTP client for the API: plain requests and an SSE follower that reconnects with
-//! `Last-Event-ID` on its own. Talks to `$HARNESS_API_ADDR` (default 127.0.0.1:7878) with the token
-//! when one is configured. No business logic: it carries requests and renders nothing.
+//! `Last-Event-ID` on its own. Talks over the API's Unix socket (`$HARNESS_HOME/sock/api.sock`) when
+//! there is one, else TCP (`--api`, `$HARNESS_API_ADDR`, default 127.0.0.1:7878), with the token when
+//! one is readable. No business logic: it carries requests and renders nothing.
 
 use crate::ids::{RunId, TaskId};
 use bytes::Bytes;
@@ -8,18 +9,36 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// Where the API listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Tcp(SocketAddr),
+    /// The API's Unix socket: the kernel tells the API who connects (no token needed for the owner).
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
 
 /// Why a request got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot reach the API at {addr}: {detail}")]
+#[error("cannot reach the API at {at}: {detail}")]
 pub struct Unreachable {
-    pub addr: SocketAddr,
+    pub at: String,
     pub detail: String,
 }
 
 pub struct Client {
-    pub addr: SocketAddr,
+    pub endpoint: Endpoint,
     pub token: Option<String>,
 }
 
@@ -41,22 +60,43 @@ pub struct SseEvent {
 }
 
 impl Client {
+    fn unreachable(&self, e: &dyn std::fmt::Display) -> Unreachable {
+        Unreachable { at: self.endpoint.to_string(), detail: e.to_string() }
+    }
+
     async fn send(&self, req: Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, Unreachable> {
-        let unreachable = |e: &dyn std::fmt::Display| Unreachable { addr: self.addr, detail: e.to_string() };
-        let tcp = tokio::time::timeout(crate::timeouts::CLIENT_CONNECT, tokio::net::TcpStream::connect(self.addr))
-            .await
-            .map_err(|_| unreachable(&"connect timed out"))?
-            .map_err(|e| unreachable(&e))?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| unreachable(&e))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        sender.send_request(req).await.map_err(|e| unreachable(&e))
+        let timeout = crate::timeouts::CLIENT_CONNECT;
+        let mut sender = match &self.endpoint {
+            Endpoint::Tcp(addr) => {
+                let io = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
+                    .await
+                    .map_err(|_| self.unreachable(&"connect timed out"))?
+                    .map_err(|e| self.unreachable(&e))?;
+                let (sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| self.unreachable(&e))?;
+                tokio::spawn(conn);
+                sender
+            }
+            Endpoint::Unix(path) => {
+                let io = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path))
+                    .await
+                    .map_err(|_| self.unreachable(&"connect timed out"))?
+                    .map_err(|e| self.unreachable(&e))?;
+                let (sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| self.unreachable(&e))?;
+                tokio::spawn(conn);
+                sender
+            }
+        };
+        sender.send_request(req).await.map_err(|e| self.unreachable(&e))
     }
 
     fn builder(&self, method: &str, path: &str) -> hyper::http::request::Builder {
-        let mut b = Request::builder().method(method).uri(path).header("host", self.addr.to_string());
+        let host = match &self.endpoint {
+            Endpoint::Tcp(a) => a.to_string(),
+            Endpoint::Unix(_) => "localhost".to_string(),
+        };
+        let mut b = Request::builder().method(method).uri(path).header("host", host);
         if let Some(t) = &self.token {
             b = b.header("authorization", format!("Bearer {t}"));
         }
@@ -76,10 +116,7 @@ impl Client {
             Some(a) => format!("/runs/{run}/tasks/{task}/events?after={a}"),
             None => format!("/runs/{run}/tasks/{task}/events"),
         };
-        let req = self
-            .builder("GET", &path)
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
+        let req = self.builder("GET", &path).body(Full::new(Bytes::new())).map_err(|e| self.unreachable(&e))?;
         let resp = self.send(req).await?;
         let status = resp.status().as_u16();
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -96,7 +133,7 @@ impl Client {
     /// A whole response body.
     async fn body_of(&self, resp: hyper::Response<hyper::body::Incoming>) -> Result<Bytes, Unreachable> {
         let collected = resp.into_body().collect().await;
-        Ok(collected.map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?.to_bytes())
+        Ok(collected.map_err(|e| self.unreachable(&e))?.to_bytes())
     }
 
     /// A request with an optional JSON body; returns (status, body).
@@ -114,7 +151,7 @@ impl Client {
             }
             None => Bytes::new(),
         };
-        let req = b.body(Full::new(bytes)).map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
+        let req = b.body(Full::new(bytes)).map_err(|e| self.unreachable(&e))?;
         let resp = self.send(req).await?;
         let status = resp.status().as_u16();
         Ok((status, self.body_of(resp).await?))
@@ -135,8 +172,7 @@ impl Client {
             if let Some(id) = &last_id {
                 b = b.header("last-event-id", id.as_str());
             }
-            let req =
-                b.body(Full::new(Bytes::new())).map_err(|e| Unreachable { addr: self.addr, detail: e.to_string() })?;
+            let req = b.body(Full::new(Bytes::new())).map_err(|e| self.unreachable(&e))?;
             let resp = match self.send(req).await {
                 Ok(r) => r,
                 Err(e) if last_id.is_some() => {

@@ -112,3 +112,31 @@ fn another_uid_gets_403_everywhere_and_changes_nothing_the_token_lets_it_in_the_
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
     drop(sup);
 }
+
+#[test]
+fn the_cli_prefers_the_apis_unix_socket_and_api_or_the_env_choose_tcp() {
+    let home = tempfile::tempdir().unwrap();
+    install_fixture_runs(home.path());
+    let sock_dir = home.path().join("sock");
+    std::fs::create_dir_all(&sock_dir).unwrap();
+    let sock = sock_dir.join("api.sock");
+    let api = ApiProc::start(home.path(), &["--unix", sock.to_str().unwrap()]);
+    // No --api, no HARNESS_API_ADDR: the Unix socket (nothing listens on the default TCP port here).
+    let out = harness(home.path()).env_remove("HARNESS_API_ADDR").args(["runs", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 5);
+    // HARNESS_API_ADDR chooses TCP (here an address nobody listens on: the CLI says where it tried).
+    let out = harness(home.path()).env("HARNESS_API_ADDR", "127.0.0.1:1").args(["runs"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the API at 127.0.0.1:1"));
+    // --api chooses TCP too.
+    let out = harness(home.path()).args(["runs", "--api", &format!("127.0.0.1:{}", api.port)]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // With the API gone, the socket file left behind is reported by its path.
+    drop(api);
+    let out = harness(home.path()).env_remove("HARNESS_API_ADDR").args(["runs"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot reach the API at unix:{}", sock.display())) || !sock.exists(), "{err}");
+}

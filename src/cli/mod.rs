@@ -243,19 +243,26 @@ enum Cmd {
 /// Where the API is.
 #[derive(clap::Args, Clone)]
 struct ApiArgs {
-    /// The API address (default $HARNESS_API_ADDR or 127.0.0.1:7878).
+    /// The API address (TCP). Default: the API's Unix socket $HARNESS_HOME/sock/api.sock when it
+    /// exists, else $HARNESS_API_ADDR or 127.0.0.1:7878.
     #[arg(long = "api")]
     addr: Option<SocketAddr>,
 }
 
 impl ApiArgs {
+    /// The API's Unix socket when it exists (the owner needs no token there), unless `--api` or
+    /// `$HARNESS_API_ADDR` choose TCP.
     fn client(&self) -> Result<Client, CliError> {
-        let addr = match self.addr {
-            Some(a) => a,
-            None => config::api_addr().map_err(usage)?,
+        let home = Home::from_env().ok();
+        let chosen_tcp = self.addr.is_some() || std::env::var("HARNESS_API_ADDR").is_ok_and(|v| !v.is_empty());
+        let unix = home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists());
+        let endpoint = match (unix, self.addr) {
+            (Some(path), _) => crate::client::Endpoint::Unix(path),
+            (None, Some(a)) => crate::client::Endpoint::Tcp(a),
+            (None, None) => crate::client::Endpoint::Tcp(config::api_addr().map_err(usage)?),
         };
-        let token = Home::from_env().ok().and_then(|h| config::api_token(&h).ok().flatten());
-        Ok(Client { addr, token })
+        let token = home.and_then(|h| config::api_token(&h).ok().flatten());
+        Ok(Client { endpoint, token })
     }
 }
 
