@@ -68,27 +68,28 @@ impl Client {
         let timeout = crate::timeouts::CLIENT_CONNECT;
         let mut sender = match &self.endpoint {
             Endpoint::Tcp(addr) => {
-                let io = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
-                    .await
-                    .map_err(|_| self.unreachable(&"connect timed out"))?
-                    .map_err(|e| self.unreachable(&e))?;
-                let (sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| self.unreachable(&e))?;
-                tokio::spawn(conn);
-                sender
+                self.handshake(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await).await?
             }
             Endpoint::Unix(path) => {
-                let io = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path))
-                    .await
-                    .map_err(|_| self.unreachable(&"connect timed out"))?
-                    .map_err(|e| self.unreachable(&e))?;
-                let (sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| self.unreachable(&e))?;
-                tokio::spawn(conn);
-                sender
+                self.handshake(tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path)).await).await?
             }
         };
         sender.send_request(req).await.map_err(|e| self.unreachable(&e))
+    }
+
+    /// HTTP/1.1 over a connection just made (or the reason it was not).
+    async fn handshake<IO>(
+        &self,
+        connected: Result<std::io::Result<IO>, tokio::time::error::Elapsed>,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, Unreachable>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = connected.map_err(|_| self.unreachable(&"connect timed out"))?.map_err(|e| self.unreachable(&e))?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| self.unreachable(&e))?;
+        tokio::spawn(conn);
+        Ok(sender)
     }
 
     fn builder(&self, method: &str, path: &str) -> hyper::http::request::Builder {
