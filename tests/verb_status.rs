@@ -18,14 +18,12 @@ fn a_verb_the_supervisor_does_not_answer_in_time_is_504_and_may_have_acted() {
     // A stopped supervisor: the connection is accepted (the kernel queues it), no answer comes.
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let post = |verb: &str| {
+        let json = [("Content-Type", "application/json")];
+        http(api.port, "POST", &format!("/runs/{}/{verb}", b.run_id()), &json, Some(b"{}"))
+    };
     let t = Instant::now();
-    let r = http(
-        api.port,
-        "POST",
-        &format!("/runs/{}/pause", b.run_id()),
-        &[("Content-Type", "application/json")],
-        Some(b"{}"),
-    );
+    let r = post("pause");
     let took = t.elapsed();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
@@ -41,12 +39,6 @@ fn a_verb_the_supervisor_does_not_answer_in_time_is_504_and_may_have_acted() {
         .expect("the delivered pause was applied after SIGCONT");
     // The supervisor gone (its socket file left behind): nobody listening is still 409 "not live".
     drop(sup);
-    let r = http(
-        api.port,
-        "POST",
-        &format!("/runs/{}/resume", b.run_id()),
-        &[("Content-Type", "application/json")],
-        Some(b"{}"),
-    );
+    let r = post("resume");
     assert_eq!(r.status, 409, "{}", r.text());
 }

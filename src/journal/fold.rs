@@ -58,11 +58,7 @@ impl RunStatus {
     }
 }
 
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+super::record::display_as_str!(RunStatus);
 
 /// A line replay could not use.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -8,6 +8,19 @@ use std::path::PathBuf;
 
 pub const VERSION: &str = "runstate/v1";
 
+/// `Display` as the wire name (`as_str`) for the journal's enums.
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+pub(super) use display_as_str;
+display_as_str!(TaskState, Verb, RunEvent, Outcome);
+
 /// A task's state. `committed` is terminal; `halted` is the only failure state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -64,12 +77,6 @@ impl TaskState {
     }
 }
 
-impl std::fmt::Display for TaskState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Run-level lifecycle events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -92,12 +99,6 @@ pub enum Verb {
     Stop,
 }
 
-impl std::fmt::Display for Verb {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 impl RunEvent {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -110,12 +111,6 @@ impl RunEvent {
     }
 }
 
-impl std::fmt::Display for RunEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -125,12 +120,6 @@ impl Outcome {
             Outcome::Refused => "refused",
             Outcome::Noop => "noop",
         }
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
