@@ -48,6 +48,9 @@ pub enum InboxError {
     Journal(#[from] journal::JournalError),
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
+    /// Refused, and the refusal could not be journaled.
+    #[error("{refusal}; and this refusal could not be journaled: {source}")]
+    Unrecorded { refusal: String, source: journal::JournalError },
 }
 
 fn refused(detail: impl Into<String>) -> InboxError {
@@ -58,7 +61,9 @@ fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> 
     move |source| InboxError::Io { what, path: path.to_path_buf(), source }
 }
 
-/// Validates and appends a verb for a DynWF run. Returns the entry (with its id).
+/// Validates and appends a verb for a DynWF run. Returns the entry (with its id). The verb is on the
+/// record before this returns, either way: `queued` with the entry's id (decided under the journal's
+/// lock, so a steer cannot slip past a commit), or `refused` with why.
 pub fn append(
     p: &Pointer,
     verb: Verb,
@@ -67,60 +72,106 @@ pub fn append(
     interrupt: bool,
     by: &str,
 ) -> Result<Entry, InboxError> {
-    if p.plane != Plane::Dynwf {
-        return Err(refused(format!("run {} is a standalone run: use its supervisor, not the inbox", p.run_id)));
-    }
-    match verb {
-        Verb::Kill => {
-            return Err(refused(
-                "kill is refused for a DynWF run: it has no supervisor holding the pids (observe + queue-steer only)",
-            ));
+    let by = journal::clip_by(by);
+    let journal = Journal::open(&p.journal_path())?;
+    let refuse = |e: InboxError| -> InboxError {
+        let rec = crate::audit::record(verb, task.clone(), msg.as_deref(), &by, &e.to_string());
+        match journal.append(&rec.into()) {
+            Ok(_) => e,
+            Err(je) => InboxError::Unrecorded { refusal: e.to_string(), source: je },
         }
-        Verb::Stop => return Err(refused("stop is refused for a DynWF run: end it from its Workflow")),
-        Verb::Steer => {
-            let task = task.as_ref().ok_or_else(|| InboxError::Invalid("steer needs a task".into()))?;
-            journal::check_steer_msg(msg.as_deref().unwrap_or("")).map_err(|e| InboxError::Invalid(e.into()))?;
-            let plan = Plan::load(&p.plan_path())?;
-            let t = plan
-                .task(task)
-                .ok_or_else(|| InboxError::UnknownTask(format!("run {} has no task {task}", p.run_id)))?;
-            if t.adapter.is_verdict_seat() {
-                return Err(refused(journal::SteerRefusal::VerdictSeat.detail(task)));
-            }
-            let view = journal::replay(&p.journal_path())?;
-            // The DynWF agent knows its sessions: no session check here.
-            if let Some(r) = journal::SteerRefusal::check(false, view.tasks.get(task), false) {
-                return Err(refused(r.detail(task)));
-            }
-        }
-        Verb::Pause | Verb::Resume => {}
-    }
+    };
+    let seat = check(p, verb, task.as_ref(), msg.as_deref()).map_err(&refuse)?;
     let entry = Entry {
         v: VERSION.into(),
         id: uuid::Uuid::new_v4().to_string(),
         ts: journal::now_rfc3339(),
         verb,
-        task,
-        msg,
+        task: task.clone(),
+        msg: msg.clone(),
         interrupt: interrupt.then_some(true),
-        by: journal::clip_by(by),
+        by: by.clone(),
     };
+    let queued = ControlRecord {
+        task: entry.task.clone(),
+        msg: entry.msg.clone(),
+        interrupt: entry.interrupt,
+        id: Some(entry.id.clone()),
+        detail: Some("queued in the DynWF inbox".into()),
+        ..Record::control(verb, &by, Outcome::Queued)
+    };
+    let mut why: Option<String> = None;
+    let appended = journal.append_checked(&queued.into(), |v| {
+        // The DynWF agent knows its sessions: no session check here.
+        why =
+            task.as_ref().and_then(|t| journal::SteerRefusal::check(seat, v.tasks.get(t), false).map(|r| r.detail(t)));
+        match &why {
+            Some(d) => Err(journal::JournalError::Invalid(d.clone())),
+            None => Ok(()),
+        }
+    });
+    match (appended, why) {
+        (Ok(_), _) => {}
+        (Err(_), Some(detail)) => return Err(refuse(refused(detail))),
+        (Err(e), None) => return Err(e.into()),
+    }
     let path = p.inbox_path();
+    let written = write_entry(&path, &entry);
+    if let Err(e) = written {
+        // Queued on the record but not in the inbox: the record says it never will be taken.
+        let rec = ControlRecord {
+            id: Some(entry.id.clone()),
+            ..crate::audit::record(verb, task.clone(), msg.as_deref(), &by, &format!("not queued: {e}"))
+        };
+        return Err(match journal.append(&rec.into()) {
+            Ok(_) => e,
+            Err(je) => InboxError::Unrecorded { refusal: e.to_string(), source: je },
+        });
+    }
+    Ok(entry)
+}
+
+/// The request's own checks (before anything is recorded as queued): the run's plane, the verb,
+/// the task and message. Returns whether the task is the codex verdict seat.
+fn check(p: &Pointer, verb: Verb, task: Option<&TaskId>, msg: Option<&str>) -> Result<bool, InboxError> {
+    if p.plane != Plane::Dynwf {
+        return Err(refused(format!("run {} is a standalone run: use its supervisor, not the inbox", p.run_id)));
+    }
+    match verb {
+        Verb::Kill => Err(refused(
+            "kill is refused for a DynWF run: it has no supervisor holding the pids (observe + queue-steer only)",
+        )),
+        Verb::Stop => Err(refused("stop is refused for a DynWF run: end it from its Workflow")),
+        Verb::Other => Err(InboxError::Invalid("not a verb: expected steer, pause or resume".into())),
+        Verb::Steer => {
+            let task = task.ok_or_else(|| InboxError::Invalid("steer needs a task".into()))?;
+            journal::check_steer_msg(msg.unwrap_or("")).map_err(|e| InboxError::Invalid(e.into()))?;
+            let plan = Plan::load(&p.plan_path())?;
+            let t = plan
+                .task(task)
+                .ok_or_else(|| InboxError::UnknownTask(format!("run {} has no task {task}", p.run_id)))?;
+            Ok(t.adapter.is_verdict_seat())
+        }
+        Verb::Pause | Verb::Resume => Ok(false),
+    }
+}
+
+fn write_entry(path: &Path, entry: &Entry) -> Result<(), InboxError> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .open(&path)
-        .map_err(io("cannot open the inbox", &path))?;
-    let _lock = Flock::exclusive(&f).map_err(io("cannot lock the inbox", &path))?;
-    let mut line = serde_json::to_vec(&entry).expect("an entry serializes");
+        .open(path)
+        .map_err(io("cannot open the inbox", path))?;
+    let _lock = Flock::exclusive(&f).map_err(io("cannot lock the inbox", path))?;
+    let mut line = serde_json::to_vec(entry).expect("an entry serializes");
     line.push(b'\n');
-    f.write_all(&line).and_then(|_| f.sync_data()).map_err(io("cannot append to the inbox", &path))?;
-    Ok(entry)
+    f.write_all(&line).and_then(|_| f.sync_data()).map_err(io("cannot append to the inbox", path))
 }
 
-/// Returns the entries not taken yet, journaling each (steer → `queued` with the entry's id, pause
-/// / resume → accepted + the run event) before the cursor passes it.
+/// Returns the entries not taken yet, journaling each as `accepted` (taken; a pause or resume also
+/// gets its run event) before the cursor passes it. A steer stays pending until the agent journals
+/// it `applied`.
 pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
     let path = p.inbox_path();
     let f = match std::fs::OpenOptions::new().read(true).append(true).open(&path) {
@@ -145,18 +196,23 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
                 continue;
             }
         };
-        if view.control_ids.contains(&entry.id) {
-            continue; // journaled by an earlier take that crashed before moving the cursor
-        }
-        let outcome = if entry.verb == Verb::Steer { Outcome::Queued } else { Outcome::Accepted };
-        let rec = ControlRecord {
+        let record = |outcome, detail: &str| ControlRecord {
             task: entry.task.clone(),
             msg: entry.msg.clone(),
             interrupt: entry.interrupt,
             id: Some(entry.id.clone()),
+            detail: Some(detail.into()),
             ..Record::control(entry.verb, &format!("inbox:{}", entry.by), outcome)
         };
-        journal.append(&rec.into())?;
+        match view.control_ids.get(&entry.id) {
+            // Queued when appended: this take hands it out.
+            Some(Outcome::Queued) => {}
+            // Taken by an earlier take that crashed before moving the cursor (or refused).
+            Some(_) => continue,
+            // Appended by a version that did not journal at append time.
+            None => drop(journal.append(&record(Outcome::Queued, "queued in the DynWF inbox").into())?),
+        }
+        journal.append(&record(Outcome::Accepted, "taken by the DynWF agent").into())?;
         match entry.verb {
             Verb::Pause => drop(journal.append(&Record::run(RunEvent::Paused, "dynwf", None))),
             Verb::Resume => drop(journal.append(&Record::run(RunEvent::Resumed, "dynwf", None))),

@@ -4,6 +4,7 @@
 
 pub mod adapter;
 pub mod api;
+pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -21,6 +21,9 @@ fn hostile_inputs_get_their_expected_status() {
     let host = format!("127.0.0.1:{}", api.port);
     let mb = "a".repeat(1 << 20);
     let digits = "9".repeat(10_000);
+    // Made by the API on its first start.
+    let token = std::fs::read_to_string(home.path().join("api.token")).unwrap().trim().to_string();
+    let bearer = |t: &str| format!("Bearer {t}");
     let table: Vec<Case> = vec![
         ("GET", "/runs/..%2F..%2Fetc%2Fpasswd".into(), vec![], None, 400),
         ("GET", "/runs/%2e%2e%2f%2e%2e".into(), vec![], None, 400),
@@ -64,6 +67,23 @@ fn hostile_inputs_get_their_expected_status() {
         ("GET", format!("/runs/{run}/tasks/T1/events?limit=1e9"), vec![], None, 400),
         ("GET", format!("/runs/{run}/tasks/T1/events?limit=%ff"), vec![], None, 400),
         ("GET", format!("/runs/{run}/tasks/T1/stream"), vec![("Last-Event-ID", digits.clone())], None, 400),
+        // Forged forwarding headers change nothing: who the peer is comes from the kernel, not from
+        // the request (another uid with them is still 403: tests/trust.rs).
+        ("GET", "/runs".into(), vec![("X-Forwarded-For", "203.0.113.9".into())], None, 200),
+        ("GET", "/runs".into(), vec![("Forwarded", "for=203.0.113.9;host=evil.example;proto=https".into())], None, 200),
+        (
+            "GET",
+            "/runs".into(),
+            vec![("X-Forwarded-Host", "evil.example".into()), ("X-Real-IP", "10.0.0.1".into())],
+            None,
+            200,
+        ),
+        // A token in both the header and the query: the header wins (a good header with a bad query
+        // passes, a bad header with a good query is 401).
+        ("GET", "/runs?token=nope".into(), vec![("Authorization", bearer(&token))], None, 200),
+        ("GET", format!("/runs?token={token}"), vec![("Authorization", bearer("nope"))], None, 401),
+        ("GET", "/runs".into(), vec![("Authorization", bearer(&token[..63]))], None, 401),
+        ("GET", "/runs".into(), vec![("Authorization", format!("Basic {token}"))], None, 401),
         ("DELETE", "/runs".into(), vec![], None, 405),
         ("PUT", format!("/runs/{run}"), vec![], None, 405),
         ("GET", format!("/runs/{run}/pause"), vec![], None, 405),

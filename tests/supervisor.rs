@@ -411,7 +411,13 @@ fn a_socket_peer_with_another_uid_is_refused() {
         "{answer} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(b.controls("stop").is_empty(), "the foreign stop must not be acted on");
+    // Not acted on, and on the record: one refused stop, by the uid (not what the line claims).
+    let stops = b.controls("stop");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert_eq!(stops[0]["outcome"], "refused", "{stops:?}");
+    assert_eq!(stops[0]["by"], "uid 65534", "{stops:?}");
+    assert!(stops[0]["detail"].as_str().unwrap().contains("not the supervisor's uid"), "{stops:?}");
+    assert_eq!(b.view()["status"], "running", "the foreign stop must not be acted on");
     control(&sock, &json!({"verb":"stop"}));
     sup.wait_exit(T);
 }

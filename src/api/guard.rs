@@ -40,19 +40,17 @@ pub enum Denied {
 }
 
 /// The token a request presents: the `Authorization: Bearer` header, else `?token=`.
-fn presented(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
-    let from_header = headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|v| v.trim().to_string());
-    from_header.or_else(|| {
-        query.and_then(|q| {
-            q.split('&')
-                .find_map(|kv| kv.strip_prefix("token="))
-                .and_then(|v| crate::api::routes::percent_decode(v).ok())
-        })
-    })
+fn presented(headers: &HeaderMap, query: Option<&str>) -> Result<Option<String>, Denied> {
+    if let Some(v) = headers.get(hyper::header::AUTHORIZATION) {
+        // An Authorization header in any other scheme is a mistake to be told, not ignored.
+        return match v.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")) {
+            Some(t) => Ok(Some(t.trim().to_string())),
+            None => Err(Denied::BadToken("Authorization must be \"Bearer <token>\"".into())),
+        };
+    }
+    Ok(query.and_then(|q| {
+        q.split('&').find_map(|kv| kv.strip_prefix("token=")).and_then(|v| crate::api::routes::percent_decode(v).ok())
+    }))
 }
 
 /// Decides who may go on: the owner's uid with no token; anyone with the right token; a wrong token
@@ -64,7 +62,7 @@ pub fn check_access(
     peer_uid: Option<u32>,
     owner: u32,
 ) -> Result<(), Denied> {
-    match (presented(headers, query), token) {
+    match (presented(headers, query)?, token) {
         (Some(g), Some(want)) if constant_time_eq(g.as_bytes(), want.as_bytes()) => Ok(()),
         (Some(_), _) => Err(Denied::BadToken("invalid token".into())),
         (None, _) if peer_uid == Some(owner) => Ok(()),

@@ -139,11 +139,11 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
 pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let via = conn.via;
     if let Err(detail) = guard::check_host(req.headers(), via) {
-        return Ok(error_response(StatusCode::FORBIDDEN, detail));
+        return Ok(edge_refusal(&conn, &req, StatusCode::FORBIDDEN, detail));
     }
     let origin = match guard::check_origin(req.headers(), via, &api.cfg.allow_origins) {
         Ok(o) => o,
-        Err(detail) => return Ok(error_response(StatusCode::FORBIDDEN, detail)),
+        Err(detail) => return Ok(edge_refusal(&conn, &req, StatusCode::FORBIDDEN, detail)),
     };
     let mut resp = respond(api, conn, req, &origin).await;
     if let guard::OriginOk::Cors(o) = &origin
@@ -160,11 +160,20 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
     Ok(resp)
 }
 
+/// A refusal before any run is looked at. Those of a verb (any method but GET) are logged with the
+/// peer's uid: they cannot be tied to a run's journal (`audit::edge`).
+fn edge_refusal(conn: &Conn, req: &Request<Incoming>, status: StatusCode, detail: String) -> Response<Body> {
+    if req.method() != hyper::Method::GET {
+        crate::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), status.as_u16(), &detail);
+    }
+    error_response(status, detail)
+}
+
 async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &guard::OriginOk) -> Response<Body> {
     let route = match routes::route(req.uri().path()) {
         Ok(r) => r,
-        Err(e @ RouteError::NotFound(_)) => return error_response(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e @ RouteError::NotFound(_)) => return edge_refusal(&conn, &req, StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => return edge_refusal(&conn, &req, StatusCode::BAD_REQUEST, e.to_string()),
     };
     let get = route.methods()[0] == "GET";
     // CORS preflight: answered before the token check (browsers send no credentials on it).
@@ -187,10 +196,8 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
         return r;
     }
     if !route.methods().contains(&req.method().as_str()) {
-        let mut r = error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{} not allowed here; allowed: {}", req.method(), route.methods().join(", ")),
-        );
+        let detail = format!("{} not allowed here; allowed: {}", req.method(), route.methods().join(", "));
+        let mut r = edge_refusal(&conn, &req, StatusCode::METHOD_NOT_ALLOWED, detail);
         r.headers_mut().insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
         return r;
     }
@@ -198,19 +205,25 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
     match guard::check_access(req.headers(), req.uri().query(), token.as_deref(), conn.uid, api.owner_uid) {
         Ok(()) => {}
         Err(guard::Denied::BadToken(detail)) => {
+            crate::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 401, &detail);
             let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
             r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return r;
         }
         Err(guard::Denied::Foreign(detail)) => {
-            tracing::warn!(peer_uid = ?conn.uid, path = %req.uri().path(), "refused a connection of another uid");
+            crate::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 403, &detail);
             return error_response(StatusCode::FORBIDDEN, detail);
         }
     }
-    dispatch(api, route, req).await.unwrap_or_else(|r| r)
+    dispatch(api, route, req, conn.uid).await.unwrap_or_else(|r| r)
 }
 
-async fn dispatch(api: Arc<Api>, route: Route, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+async fn dispatch(
+    api: Arc<Api>,
+    route: Route,
+    req: Request<Incoming>,
+    peer: Option<u32>,
+) -> Result<Response<Body>, Response<Body>> {
     use crate::journal::Verb;
     match route {
         Route::Runs => {
@@ -275,9 +288,9 @@ async fn dispatch(api: Arc<Api>, route: Route, req: Request<Incoming>) -> Result
             })
             .await?)
         }
-        Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req).await,
-        Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req).await,
-        Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req).await,
-        Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req).await,
+        Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req, peer).await,
+        Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req, peer).await,
+        Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req, peer).await,
+        Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req, peer).await,
     }
 }

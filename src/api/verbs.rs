@@ -1,7 +1,8 @@
 //! The POST verbs — steer, kill, pause, resume — carried to whoever holds the run: the supervisor's
 //! control socket for a standalone run, the inbox for a DynWF run. The API decides nothing about
 //! run state: it checks the request, forwards it, and maps the answer (the supervisor's 409s pass
-//! through with their detail). No supervisor → 409 "run not supervised / not live".
+//! through with their detail). No supervisor → 409 "run not supervised / not live". What it refuses
+//! itself (a bad body, a run nobody supervises) it records through `audit` before answering.
 
 use super::{Api, Body, error_response, json_response};
 use crate::ids::{RunId, TaskId};
@@ -18,28 +19,34 @@ use std::sync::Arc;
 /// Largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// A refusal found at the API's edge: its status and detail.
+type Refusal = (StatusCode, String);
+
+fn bad(detail: impl Into<String>) -> Refusal {
+    (StatusCode::BAD_REQUEST, detail.into())
+}
+
 /// Reads and checks a JSON body: `application/json` only (415), at most 64 KiB (413), an object
 /// with only the `allowed` fields (400 naming the field). An empty body is `{}`.
 pub async fn json_body(
     req: hyper::Request<Incoming>,
     allowed: &[&str],
-) -> Result<serde_json::Map<String, Value>, Response<Body>> {
+) -> Result<serde_json::Map<String, Value>, Refusal> {
+    let too_large = || (StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_BODY} bytes"));
     let declared = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_BODY} bytes")));
+        return Err(too_large());
     }
     let content_type = req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
     let body = http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await;
     let bytes = match body {
         Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_BODY} bytes")));
-        }
-        Err(e) => return Err(error_response(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}"))),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return Err(too_large()),
+        Err(e) => return Err(bad(format!("cannot read the body: {e}"))),
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Map::new());
@@ -49,77 +56,124 @@ pub async fn json_body(
         mime == "application/json"
     });
     if !is_json {
-        return Err(error_response(
+        return Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("Content-Type must be application/json (got {})", content_type.as_deref().unwrap_or("none")),
         ));
     }
-    let v: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("body is not JSON: {e}")))?;
     let Value::Object(map) = v else {
-        return Err(error_response(StatusCode::BAD_REQUEST, "body must be a JSON object"));
+        return Err(bad("body must be a JSON object"));
     };
     if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         let k: String = k.chars().take(64).collect();
-        return Err(error_response(
-            StatusCode::BAD_REQUEST,
-            format!("unknown field {k:?} (allowed: {})", allowed.join(", ")),
-        ));
+        return Err(bad(format!("unknown field {k:?} (allowed: {})", allowed.join(", "))));
     }
     Ok(map)
 }
 
-fn field_str(map: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, Response<Body>> {
+fn field_str(map: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, Refusal> {
     // Absent is absent; null is not a string (the spec says string).
     match map.get(name) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(error_response(StatusCode::BAD_REQUEST, format!("field {name} must be a string"))),
+        Some(_) => Err(bad(format!("field {name} must be a string"))),
     }
 }
 
-/// Handles one verb. `task` for steer/kill.
+/// A verb's body, checked.
+struct Asked {
+    by: String,
+    msg: Option<String>,
+    interrupt: bool,
+}
+
+/// Checks the body of `verb`. On a refusal, also returns what could be read of `by` and `msg`, for
+/// the record.
+async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refusal, Option<String>, Option<String>)> {
+    let allowed: &[&str] = if verb == Verb::Steer { &["msg", "interrupt", "by"] } else { &["by"] };
+    let body = json_body(req, allowed).await.map_err(|r| (r, None, None))?;
+    let raw_msg = body.get("msg").and_then(Value::as_str).map(str::to_string);
+    let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::journal::clip_by);
+    let fail = |r: Refusal| (r, raw_by.clone(), raw_msg.clone());
+    let by = field_str(&body, "by").map_err(fail)?.unwrap_or_else(|| "api".into());
+    // Characters, as JSON Schema's maxLength counts them (not bytes).
+    if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
+        return Err(fail(bad("field by must be 1 to 64 characters")));
+    }
+    if verb != Verb::Steer {
+        return Ok(Asked { by, msg: None, interrupt: false });
+    }
+    let msg = field_str(&body, "msg")
+        .map_err(fail)?
+        .filter(|m| !m.trim().is_empty())
+        .ok_or_else(|| fail(bad("field msg is required and must not be blank: the message to queue")))?;
+    let interrupt = match body.get("interrupt") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(fail(bad("field interrupt must be a boolean"))),
+    };
+    Ok(Asked { by, msg: Some(msg), interrupt })
+}
+
+/// Handles one verb. `task` for steer/kill; `peer` is the connection's uid where known. Every
+/// refusal is on the record before it is answered: in the run's journal (a `refused` control
+/// record) once the run is known, in the log with the peer's uid when it is not.
 pub async fn verb(
     api: Arc<Api>,
     run: RunId,
     task: Option<TaskId>,
     verb: Verb,
     req: hyper::Request<Incoming>,
+    peer: Option<u32>,
 ) -> Result<Response<Body>, Response<Body>> {
-    let allowed: &[&str] = if verb == Verb::Steer { &["msg", "interrupt", "by"] } else { &["by"] };
-    let body = json_body(req, allowed).await?;
-    let by = field_str(&body, "by")?.unwrap_or_else(|| "api".into());
-    // Characters, as JSON Schema's maxLength counts them (not bytes).
-    if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
-        return Err(error_response(StatusCode::BAD_REQUEST, "field by must be 1 to 64 characters"));
-    }
-    let (msg, interrupt) = if verb == Verb::Steer {
-        let msg = field_str(&body, "msg")?.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
-            error_response(StatusCode::BAD_REQUEST, "field msg is required and must not be blank: the message to queue")
-        })?;
-        let interrupt = match body.get("interrupt") {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(error_response(StatusCode::BAD_REQUEST, "field interrupt must be a boolean")),
-        };
-        (Some(msg), interrupt)
-    } else {
-        (None, false)
-    };
     let a = api.clone();
     let r = run.clone();
-    let pointer = super::blocking(move || a.durable.pointer(&r)).await?.map_err(super::durable_error)?;
+    let pointer = match super::blocking(move || a.durable.pointer(&r)).await? {
+        Ok(p) => p,
+        Err(e) => {
+            crate::audit::untied(peer, run.as_str(), verb.as_str(), &e.to_string());
+            return Err(super::durable_error(e));
+        }
+    };
+    let journal = pointer.journal_path();
+    // The refusal, recorded in the run's journal, as its HTTP answer.
+    let refused = |(status, detail): Refusal, by: Option<String>, msg: Option<String>| {
+        let journal = journal.clone();
+        let task = task.clone();
+        async move {
+            let detail_rec = format!("{detail} ({})", status.as_u16());
+            let by = by.unwrap_or_else(|| "api".into());
+            let rec = crate::audit::record(verb, task, msg.as_deref(), &by, &detail_rec);
+            match super::blocking(move || crate::audit::refused(&journal, rec)).await {
+                Ok(Ok(())) => error_response(status, detail),
+                Ok(Err(e)) => error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("{detail}; and this refusal could not be journaled: {e}"),
+                ),
+                Err(r) => r,
+            }
+        }
+    };
+    let Asked { by, msg, interrupt } = match asked(verb, req).await {
+        Ok(a) => a,
+        Err((r, by, msg)) => return Err(refused(r, by, msg).await),
+    };
     let live_path = pointer.liveness_path();
     let kill_grace =
         super::blocking(move || crate::liveness::get(&live_path).ok().flatten().and_then(|l| l.kill_grace_ms))
             .await?
             .map_or(crate::supervisor::Options::default().kill_grace, std::time::Duration::from_millis);
     // Plain strings, so `journalctl RUN_ID=… TASK=… VERB=…` finds the line.
+    let uid = peer.map_or_else(|| "unknown".to_string(), |u| u.to_string());
     match &task {
-        Some(t) => tracing::info!(RUN_ID = %run, TASK = t.as_str(), VERB = verb.as_str(), by = %by, "verb"),
-        None => tracing::info!(RUN_ID = %run, VERB = verb.as_str(), by = %by, "verb"),
+        Some(t) => {
+            tracing::info!(RUN_ID = %run, TASK = t.as_str(), VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb")
+        }
+        None => tracing::info!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb"),
     }
     if pointer.plane == Plane::Dynwf {
+        // The inbox records both ways: `queued` with the entry's id, or `refused`.
         let task2 = task.clone();
         let result = super::blocking(move || crate::inbox::append(&pointer, verb, task2, msg, interrupt, &by)).await?;
         return match result {
@@ -131,35 +185,50 @@ pub async fn verb(
         };
     }
     let sock = api.durable.home.socket_path(&run);
-    let by = Some(by);
-    let need_task = || task.clone().ok_or_else(|| error_response(StatusCode::BAD_REQUEST, "this verb needs a task"));
-    let request = match verb {
-        Verb::Steer => Request::Steer {
-            task: need_task()?,
-            msg: msg.unwrap_or_default(),
-            interrupt: interrupt.then_some(true),
-            by,
-        },
-        Verb::Kill => Request::Kill { task: need_task()?, by },
-        Verb::Pause => Request::Pause { by },
-        Verb::Resume => Request::Resume { by },
-        Verb::Stop => Request::Stop { by },
+    let request = match (verb, task.clone()) {
+        (Verb::Steer, Some(task)) => {
+            Request::Steer { task, msg: msg.unwrap_or_default(), interrupt: interrupt.then_some(true), by: Some(by) }
+        }
+        (Verb::Kill, Some(task)) => Request::Kill { task, by: Some(by) },
+        (Verb::Pause, _) => Request::Pause { by: Some(by) },
+        (Verb::Resume, _) => Request::Resume { by: Some(by) },
+        (Verb::Stop, _) => Request::Stop { by: Some(by) },
+        (Verb::Steer | Verb::Kill | Verb::Other, _) => {
+            return Err(refused(bad(format!("{verb} is not a verb of this route")), Some(by), msg).await);
+        }
     };
     // A kill answers once the task's group is gone: the run's kill grace plus a margin.
     let budget = match verb {
         Verb::Kill => kill_grace + timeouts::KILL_ANSWER_MARGIN,
         _ => timeouts::VERB_ANSWER,
     };
-    let reply = control::request(&sock, &request, budget).await.map_err(|e| match e {
-        control::ClientError::NoAnswer { after, .. } => error_response(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
+    // The supervisor records what it answers, refusals included; the API records only the refusal
+    // of a run nobody supervises.
+    let by = request.by().map(str::to_string);
+    let msg = match &request {
+        Request::Steer { msg, .. } => Some(msg.clone()),
+        _ => None,
+    };
+    let reply = match control::request(&sock, &request, budget).await {
+        Ok(reply) => reply,
+        Err(control::ClientError::NoAnswer { after, .. }) => {
+            let detail = format!(
                 "no answer from the supervisor within {} s; it may have acted — see GET /runs/{run}",
                 after.as_secs()
-            ),
-        ),
-        e => error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")),
-    })?;
+            );
+            tracing::warn!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, "{detail}");
+            return Err(error_response(StatusCode::GATEWAY_TIMEOUT, detail));
+        }
+        Err(e @ control::ClientError::Connect { .. }) => {
+            let detail = format!("run not supervised / not live: {e}");
+            return Err(refused((StatusCode::CONFLICT, detail), by, msg).await);
+        }
+        // Reached, but it closed without a whole answer: it may have acted and recorded it.
+        Err(e) => {
+            tracing::warn!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, error = %e, "verb without an answer");
+            return Err(error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")));
+        }
+    };
     match reply {
         Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Reply::Refused(r) => {
@@ -175,7 +244,7 @@ fn inbox_error(e: crate::inbox::InboxError) -> Response<Body> {
         InboxError::Invalid(_) => StatusCode::BAD_REQUEST,
         InboxError::UnknownTask(_) => StatusCode::NOT_FOUND,
         InboxError::Refused(_) => StatusCode::CONFLICT,
-        InboxError::Io { .. } | InboxError::Journal(_) | InboxError::Plan(_) => {
+        InboxError::Io { .. } | InboxError::Journal(_) | InboxError::Plan(_) | InboxError::Unrecorded { .. } => {
             tracing::error!(error = %e, "inbox append failed");
             StatusCode::INTERNAL_SERVER_ERROR
         }

@@ -81,9 +81,11 @@ pub struct RunView {
     pub torn_tail: Option<BadLine>,
     /// Timestamp of the last valid record.
     pub last_ts: Option<String>,
-    /// Every `id` carried by a control record (steer queue ids, taken inbox entries).
+    /// Every `id` carried by a control record (steer queue ids, inbox entries), with the outcome of
+    /// its last record: a DynWF entry `queued` when appended is handed out by `take` while it is still
+    /// only `queued`.
     #[serde(skip)]
-    pub control_ids: std::collections::BTreeSet<String>,
+    pub control_ids: BTreeMap<String, Outcome>,
 }
 
 impl Default for RunView {
@@ -96,7 +98,7 @@ impl Default for RunView {
             bad_lines: Vec::new(),
             torn_tail: None,
             last_ts: None,
-            control_ids: std::collections::BTreeSet::new(),
+            control_ids: BTreeMap::new(),
         }
     }
 }
@@ -160,7 +162,7 @@ impl RunView {
             }
             Body::Control(c) => {
                 if let Some(id) = &c.id {
-                    self.control_ids.insert(id.clone());
+                    self.control_ids.insert(id.clone(), c.outcome);
                 }
                 if c.verb != Verb::Steer {
                     return;

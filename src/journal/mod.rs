@@ -20,7 +20,7 @@ pub use fold::{BadLine, PendingSteer, RunStatus, RunView, TaskView, parse_line, 
 pub use reconcile::{Reconciliation, reconcile};
 use record::validate_shape;
 pub use record::*;
-pub use steer::{MAX_BY, SteerRefusal, check_steer_msg, clip_by};
+pub use steer::{MAX_BY, MAX_MSG, SteerRefusal, check_steer_msg, clip_by, clip_refused_msg};
 
 use crate::ids::TaskId;
 use std::io;

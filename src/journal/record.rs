@@ -97,6 +97,11 @@ pub enum Verb {
     Pause,
     Resume,
     Stop,
+    /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
+    /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
+    /// its request was read); its `detail` says what it was. Never a verb anyone can send.
+    #[value(skip)]
+    Other,
 }
 
 impl RunEvent {
@@ -131,6 +136,7 @@ impl Verb {
             Verb::Pause => "pause",
             Verb::Resume => "resume",
             Verb::Stop => "stop",
+            Verb::Other => "other",
         }
     }
 }
@@ -230,6 +236,10 @@ impl Record {
     pub fn run(event: RunEvent, by: &str, detail: Option<String>) -> Record {
         Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail }))
     }
+    /// A `refused` control record: what was asked, by whom, and why it was not done.
+    pub fn refused(verb: Verb, task: Option<TaskId>, by: &str, detail: impl Into<String>) -> ControlRecord {
+        ControlRecord { task, detail: Some(detail.into()), ..Record::control(verb, by, Outcome::Refused) }
+    }
     /// A control record with only its required fields; set the others with struct update.
     pub fn control(verb: Verb, by: &str, outcome: Outcome) -> ControlRecord {
         ControlRecord { verb, task: None, msg: None, interrupt: None, by: by.into(), outcome, id: None, detail: None }
@@ -283,8 +293,12 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
             if c.verb == Verb::Steer && c.outcome == Outcome::Queued && (c.msg.is_none() || c.id.is_none()) {
                 return Err(JournalError::Invalid("a queued steer needs msg and id".into()));
             }
-            if matches!(c.verb, Verb::Steer | Verb::Kill) && c.task.is_none() {
+            // A refusal is recorded even when the request lacked its task (that may be why).
+            if matches!(c.verb, Verb::Steer | Verb::Kill) && c.task.is_none() && c.outcome != Outcome::Refused {
                 return Err(JournalError::Invalid(format!("{} needs a task", c.verb.as_str())));
+            }
+            if c.verb == Verb::Other && c.outcome != Outcome::Refused {
+                return Err(JournalError::Invalid("verb other is only ever refused".into()));
             }
             Ok(())
         }

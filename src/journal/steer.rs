@@ -12,13 +12,29 @@ pub fn clip_by(by: &str) -> String {
     by.chars().take(MAX_BY).collect()
 }
 
+/// The longest steer message (bytes).
+pub const MAX_MSG: usize = 64 * 1024;
+
+/// A refused steer's message as its record keeps it: whole up to [`MAX_MSG`]; a longer one (refused
+/// for its length) keeps its first 4 KiB and says how long it was.
+pub fn clip_refused_msg(msg: &str) -> String {
+    if msg.len() <= MAX_MSG {
+        return msg.to_string();
+    }
+    let mut end = 4096;
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [cut: {} bytes in all]", &msg[..end], msg.len())
+}
+
 /// Checks a steer's message the same way on every way in (control socket, DynWF inbox):
 /// non-blank, at most 64 KiB.
 pub fn check_steer_msg(msg: &str) -> Result<(), &'static str> {
     if msg.trim().is_empty() {
         return Err("steer needs a non-empty msg");
     }
-    if msg.len() > 64 * 1024 {
+    if msg.len() > MAX_MSG {
         return Err("steer msg is longer than 64 KiB");
     }
     Ok(())

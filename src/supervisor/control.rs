@@ -302,8 +302,14 @@ impl InFlight {
     }
 }
 
-/// Accepts connections until the scheduler's receiver is dropped.
-pub async fn serve(listener: UnixListener, to_scheduler: mpsc::Sender<Envelope>, inflight: InFlight) {
+/// Accepts connections until the scheduler's receiver is dropped. `journal` is the run's: a request
+/// refused here, before the scheduler sees it, is recorded in it before the answer.
+pub async fn serve(
+    listener: UnixListener,
+    to_scheduler: mpsc::Sender<Envelope>,
+    inflight: InFlight,
+    journal: Arc<Path>,
+) {
     let me = nix::unistd::geteuid().as_raw();
     loop {
         let (stream, _) = match listener.accept().await {
@@ -319,30 +325,40 @@ pub async fn serve(listener: UnixListener, to_scheduler: mpsc::Sender<Envelope>,
         }
         let tx = to_scheduler.clone();
         let inflight = inflight.clone();
+        let journal = journal.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, me, tx, inflight).await {
+            if let Err(e) = connection(stream, me, tx, inflight, journal).await {
                 tracing::debug!(error = %e, "control connection ended");
             }
         });
     }
 }
 
+/// How long a connection of another uid may take to send its request before it is refused unread.
+const FOREIGN_READ: Duration = Duration::from_secs(1);
+
 async fn connection(
     stream: UnixStream,
     me: u32,
     tx: mpsc::Sender<Envelope>,
     inflight: InFlight,
+    journal: Arc<Path>,
 ) -> std::io::Result<()> {
     let peer = stream.peer_cred()?;
     let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let mut line = Vec::new();
     if peer.uid() != me {
-        let resp = refuse(403, format!("peer uid {} is not the supervisor's uid {me}", peer.uid()));
-        tracing::warn!(peer_uid = peer.uid(), "refused control connection from another uid");
+        // Read (bounded, briefly) only to say on the record what was asked; nothing is carried out.
+        let mut limited = (&mut r).take(MAX_REQUEST as u64);
+        let _ = tokio::time::timeout(FOREIGN_READ, limited.read_until(b'\n', &mut line)).await;
+        let detail = format!("peer uid {} is not the supervisor's uid {me}", peer.uid());
+        tracing::warn!(PEER_UID = peer.uid(), "refused control connection from another uid");
+        let resp =
+            on_record(&journal, refusal_of(&line, Some(&format!("uid {}", peer.uid()))), refuse(403, detail)).await;
         w.write_all(&line_of(&resp.into())).await?;
         return Ok(());
     }
-    let mut r = BufReader::new(r);
-    let mut line = Vec::new();
     loop {
         line.clear();
         let n = (&mut r).take(MAX_REQUEST as u64 + 1).read_until(b'\n', &mut line).await?;
@@ -351,25 +367,122 @@ async fn connection(
         }
         // Counted from here until the answer is written (or the write fails).
         let _answering = inflight.enter();
-        let resp: Reply = if line.len() > MAX_REQUEST {
-            let resp = refuse(400, format!("request longer than {MAX_REQUEST} bytes"));
+        if line.len() > MAX_REQUEST {
+            let refusal = refuse(400, format!("request longer than {MAX_REQUEST} bytes"));
+            let resp = on_record(&journal, Sketch::other(None), refusal).await;
             w.write_all(&line_of(&resp.into())).await?;
             return Ok(());
-        } else {
-            match serde_json::from_slice::<Request>(&line) {
-                Err(e) => refuse(400, format!("request is not a control/v1 object: {e}")).into(),
-                Ok(req) => {
-                    let (reply, rx) = oneshot::channel();
-                    let shutting_down = || refuse(409, "run not live: the supervisor is shutting down").into();
-                    if tx.send(Envelope { req, reply }).await.is_err() {
-                        shutting_down()
-                    } else {
-                        rx.await.unwrap_or_else(|_| shutting_down())
-                    }
+        }
+        let resp: Reply = match serde_json::from_slice::<Request>(&line) {
+            Err(e) => {
+                let refusal = refuse(400, format!("request is not a control/v1 object: {e}"));
+                on_record(&journal, refusal_of(&line, None), refusal).await.into()
+            }
+            Ok(req) => {
+                let sketch = Sketch::of(&req);
+                let (reply, rx) = oneshot::channel();
+                if tx.send(Envelope { req, reply }).await.is_err() {
+                    let refusal = refuse(409, "run not live: the supervisor is shutting down");
+                    on_record(&journal, sketch, refusal).await.into()
+                } else {
+                    // The scheduler answers every request it received, refusals included, on the
+                    // record; a dropped answer means it ended in between (its exit answers what
+                    // it had not read, and records that).
+                    rx.await.unwrap_or_else(|_| refuse(409, "run not live: the supervisor has ended").into())
                 }
             }
         };
         w.write_all(&line_of(&resp)).await?;
+    }
+}
+
+/// What the record of a refused request says it was: as much of the request as could be read.
+pub struct Sketch {
+    verb: crate::journal::Verb,
+    task: Option<TaskId>,
+    msg: Option<String>,
+    by: String,
+    /// For a request that is not one of the journaled verbs: what it was (`status`).
+    named: Option<String>,
+}
+
+impl Sketch {
+    fn other(by: Option<&str>) -> Sketch {
+        Sketch {
+            verb: crate::journal::Verb::Other,
+            task: None,
+            msg: None,
+            by: by.unwrap_or(DEFAULT_BY).into(),
+            named: None,
+        }
+    }
+
+    /// A request read in full.
+    pub fn of(req: &Request) -> Sketch {
+        use crate::journal::Verb;
+        let verb = match req {
+            Request::Status { .. } => Verb::Other,
+            Request::Kill { .. } => Verb::Kill,
+            Request::Steer { .. } => Verb::Steer,
+            Request::Pause { .. } => Verb::Pause,
+            Request::Resume { .. } => Verb::Resume,
+            Request::Stop { .. } => Verb::Stop,
+        };
+        let msg = match req {
+            Request::Steer { msg, .. } => Some(msg.clone()),
+            _ => None,
+        };
+        let by = crate::journal::clip_by(req.by().filter(|b| !b.is_empty()).unwrap_or(DEFAULT_BY));
+        Sketch { verb, task: req.task().cloned(), msg, by, named: (verb == Verb::Other).then(|| req.verb().into()) }
+    }
+
+    /// The refusal record, with the refusal's detail (and status) in it.
+    pub fn record(self, r: &Refusal) -> crate::journal::ControlRecord {
+        let detail = match &self.named {
+            Some(n) => format!("{n}: {} ({})", r.detail, r.status),
+            None => format!("{} ({})", r.detail, r.status),
+        };
+        crate::audit::record(self.verb, self.task, self.msg.as_deref(), &self.by, &detail)
+    }
+}
+
+/// Who a verb is journaled as when the request names nobody.
+pub const DEFAULT_BY: &str = "socket";
+
+/// The sketch of a line that is not a valid request (or was not read as one): its verb, task and
+/// `by` where they can be made out. `by_uid` overrides what the line claims (another uid's line).
+fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
+    use crate::journal::Verb;
+    let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str());
+    let verb = match s("verb") {
+        Some("steer") => Verb::Steer,
+        Some("kill") => Verb::Kill,
+        Some("pause") => Verb::Pause,
+        Some("resume") => Verb::Resume,
+        Some("stop") => Verb::Stop,
+        _ => Verb::Other,
+    };
+    let by = by_uid.map(str::to_string).or_else(|| s("by").filter(|b| !b.is_empty()).map(crate::journal::clip_by));
+    Sketch {
+        verb,
+        task: s("task").and_then(|t| TaskId::parse(t).ok()),
+        msg: s("msg").map(str::to_string).filter(|_| verb == Verb::Steer),
+        by: by.unwrap_or_else(|| DEFAULT_BY.into()),
+        named: s("verb").filter(|_| verb == Verb::Other).map(|n| n.chars().take(40).collect()),
+    }
+}
+
+/// Records a refusal in the run's journal, then gives it back to be answered; when the record
+/// cannot be written the answer is a 500 that says so (the refusal stands: nothing was done).
+async fn on_record(journal: &Arc<Path>, sketch: Sketch, refusal: Refusal) -> Refusal {
+    let rec = sketch.record(&refusal);
+    let path = journal.clone();
+    let written = tokio::task::spawn_blocking(move || crate::audit::refused(&path, rec)).await;
+    match written {
+        Ok(Ok(())) => refusal,
+        Ok(Err(e)) => refuse(500, format!("{}; and this refusal could not be journaled: {e}", refusal.detail)),
+        Err(e) => refuse(500, format!("{}; and this refusal could not be journaled: {e}", refusal.detail)),
     }
 }
 

@@ -277,7 +277,8 @@ impl Scheduler {
                 l.set_nonblocking(true).map_err(io_error("cannot serve the control socket", &path))?;
                 let l = tokio::net::UnixListener::from_std(l)
                     .map_err(io_error("cannot serve the control socket", &path))?;
-                Some(tokio::spawn(control::serve(l, tx.clone(), inflight.clone())))
+                let journal: Arc<std::path::Path> = Arc::from(self.ctx.journal.path());
+                Some(tokio::spawn(control::serve(l, tx.clone(), inflight.clone(), journal)))
             }
             None => None,
         };
@@ -312,7 +313,19 @@ impl Scheduler {
         }
         rx.close();
         while let Ok(env) = rx.try_recv() {
-            let _ = env.reply.send(refuse(409, "run not live: the supervisor has ended").into());
+            let refusal = refuse(409, "run not live: the supervisor has ended");
+            let rec = control::Sketch::of(&env.req).record(&refusal);
+            let refusal = match self.ctx.journal.append(&rec.into()) {
+                Ok(_) => refusal,
+                Err(e) => refuse(500, format!("{}; and this refusal could not be journaled: {e}", refusal.detail)),
+            };
+            let _ = env.reply.send(refusal.into());
+        }
+        // Kills accepted (and journaled) whose task had not ended: answered with where it stands.
+        for (task, waiting) in std::mem::take(&mut self.kill_replies) {
+            for PendingKill { reply, started } in waiting {
+                self.kill_answered(&task, reply, started);
+            }
         }
         // Answers given (stop's, the refusals above, kills whose task ended) still have to be written.
         drop(self);

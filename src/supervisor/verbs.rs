@@ -10,8 +10,7 @@ use crate::liveness;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
-/// Who a verb is journaled as when the request names nobody.
-const DEFAULT_BY: &str = "socket";
+use super::control::{DEFAULT_BY, Sketch};
 
 impl Scheduler {
     fn journal_control(&self, rec: ControlRecord) -> Result<(), Refusal> {
@@ -48,6 +47,15 @@ impl Scheduler {
                 Err(r) => Err(r),
             },
             Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
+        };
+        // The verbs record their refusals by state (409) themselves, under the journal lock; a
+        // request's own faults (400 malformed, 404 unknown task) are recorded here.
+        let answer = match answer {
+            Err(r) if matches!(r.status, 400 | 404) => {
+                let rec = Sketch::of(&req).record(&r);
+                Err(self.journal_control(rec).map(|_| r).unwrap_or_else(|e| e))
+            }
+            a => a,
         };
         let _ = reply.send(answer.map_or_else(Reply::from, Reply::from));
     }
