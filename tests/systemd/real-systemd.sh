@@ -111,7 +111,16 @@ journal_has_verb() { journalctl --no-pager -o cat "RUN_ID=$run" "TASK=A1" "VERB=
 restarted_once() { [ "$(systemctl --user show -p NRestarts --value "$unit")" = 1 ]; }
 wait_until 15 restarted_once || fail "NRestarts is $(systemctl --user show -p NRestarts --value "$unit")"
 say "kill -9 of the supervisor: systemd restarted $unit (NRestarts=1)"
-wait_until 60 grep -q '"event":"finished"' "$journal" || fail "the run did not finish: $(tail -n 3 "$journal")"
+if ! wait_until 60 grep -q '"event":"finished"' "$journal"; then
+  # Everything needed to tell why, before failing.
+  tail -n 12 "$journal" | sed 's/^/  journal: /'
+  journalctl --no-pager -o short-monotonic --user-unit "$unit" 2> /dev/null | tail -n 40 | sed 's/^/  unit: /'
+  journalctl --no-pager -o cat "RUN_ID=$run" 2> /dev/null | tail -n 20 | sed 's/^/  RUN_ID: /'
+  ps -eo pid,pgid,stat,etimes,args 2> /dev/null | grep -v ' ps ' | sed 's/^/  ps: /'
+  git -C "$repo" worktree list 2> /dev/null | sed 's/^/  worktree: /'
+  git -C "$repo" log --oneline -n 6 --all 2> /dev/null | sed 's/^/  git: /'
+  fail "the run did not finish: $(tail -n 3 "$journal")"
+fi
 for t in A1 A2 B1 B2; do
   n=$(git -C "$repo" log --format=%H --all-match --grep="^Harness-Run: $run\$" --grep="^Harness-Task: $t\$" | wc -l)
   [ "$n" = 1 ] || fail "task $t committed $n times"
