@@ -116,7 +116,7 @@ if ! wait_until 60 grep -q '"event":"finished"' "$journal"; then
   tail -n 12 "$journal" | sed 's/^/  journal: /'
   journalctl --no-pager -o short-monotonic --user-unit "$unit" 2> /dev/null | tail -n 40 | sed 's/^/  unit: /'
   journalctl --no-pager -o cat "RUN_ID=$run" 2> /dev/null | tail -n 20 | sed 's/^/  RUN_ID: /'
-  ps -eo pid,pgid,stat,etimes,args 2> /dev/null | grep -v ' ps ' | sed 's/^/  ps: /'
+  ps -eo pid,pgid,stat,etimes,args 2> /dev/null | sed 's/^/  ps: /'
   git -C "$repo" worktree list 2> /dev/null | sed 's/^/  worktree: /'
   git -C "$repo" log --oneline -n 6 --all 2> /dev/null | sed 's/^/  git: /'
   fail "the run did not finish: $(tail -n 3 "$journal")"
