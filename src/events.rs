@@ -138,6 +138,12 @@ pub enum Data<'a> {
         rc: i64,
         session: Option<Cow<'a, str>>,
     },
+    /// A message the operator (or the plan's prompt) put into a live turn, at the line where the
+    /// engine took it into the conversation; `id` is the steer's id (added with the live channel).
+    Input {
+        id: Option<Cow<'a, str>>,
+        text: Cow<'a, str>,
+    },
 }
 
 impl Data<'_> {
@@ -150,6 +156,7 @@ impl Data<'_> {
             Data::TurnEnd { .. } => "turn_end",
             Data::Error { .. } => "error",
             Data::Exit { .. } => "exit",
+            Data::Input { .. } => "input",
         }
     }
 
@@ -227,6 +234,10 @@ impl Serialize for Data<'_> {
             Data::Exit { rc, session } => {
                 f.0.serialize_entry("rc", rc)?;
                 f.opt("session", session)?;
+            }
+            Data::Input { id, text } => {
+                f.opt("id", id)?;
+                f.0.serialize_entry("text", text)?;
             }
         }
         m.end()
@@ -417,6 +428,11 @@ fn write_data(d: &Data, out: &mut Vec<u8>) {
             serde_json::to_writer(&mut *out, rc).expect("an int serializes");
             *f = false;
             opt_str(out, f, b"session", session);
+        }
+        Data::Input { id, text } => {
+            opt_str(out, f, b"id", id);
+            key_of(out, f, b"text");
+            str_val(out, text);
         }
     }
     out.push(b'}');

@@ -142,6 +142,7 @@ fn check(p: &Pointer, verb: Verb, task: Option<&TaskId>, msg: Option<&str>) -> R
             "kill is refused for a DynWF run: it has no supervisor holding the pids (observe + queue-steer only)",
         )),
         Verb::Stop => Err(refused("stop is refused for a DynWF run: end it from its Workflow")),
+        Verb::Interrupt => Err(refused("interrupt is refused for a DynWF run: it has no live channel")),
         Verb::Other => Err(InboxError::Invalid("not a verb: expected steer, pause or resume".into())),
         Verb::Steer => {
             let task = task.ok_or_else(|| InboxError::Invalid("steer needs a task".into()))?;

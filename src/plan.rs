@@ -26,6 +26,10 @@ pub struct Task {
     pub review: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// claude only: the turn runs on the live channel (stdin kept open: steer into the running turn,
+    /// interrupt without killing). Absent: the plan's `live`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +46,9 @@ pub struct Plan {
     /// A shell command run in each fresh task worktree before its turn (copy `.env`, `npm ci`…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// Every claude task on the live channel unless it says `live: false` (other adapters ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<bool>,
     pub tasks: Vec<Task>,
 }
 
@@ -65,8 +72,8 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 7] = ["v", "slug", "base_branch", "max_parallel", "isolation", "setup", "tasks"];
-const TASK_FIELDS: [&str; 7] = ["id", "wave", "adapter", "prompt", "gate", "review", "model"];
+const TOP_FIELDS: [&str; 8] = ["v", "slug", "base_branch", "max_parallel", "isolation", "setup", "live", "tasks"];
+const TASK_FIELDS: [&str; 8] = ["id", "wave", "adapter", "prompt", "gate", "review", "model", "live"];
 
 impl Plan {
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
@@ -140,6 +147,14 @@ impl Plan {
                 None
             }
         };
+        let live = match obj.get("live") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(v) => {
+                errs.push(format!("live: must be a boolean, got {v}"));
+                None
+            }
+        };
         let mut tasks = Vec::new();
         // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
         let mut waves_seen = HashSet::new();
@@ -170,7 +185,7 @@ impl Plan {
         }
         match (errs.is_empty(), slug) {
             (true, Some(slug)) => {
-                Ok(Plan { v: VERSION.into(), slug, base_branch, max_parallel, isolation, setup, tasks })
+                Ok(Plan { v: VERSION.into(), slug, base_branch, max_parallel, isolation, setup, live, tasks })
             }
             _ => Err(PlanError::Invalid(errs)),
         }
@@ -197,6 +212,12 @@ impl Plan {
 
     pub fn parallelism(&self) -> usize {
         self.max_parallel.unwrap_or(4) as usize
+    }
+
+    /// Whether `task`'s turns run on the live channel: its own `live`, else the plan's, for claude
+    /// tasks only.
+    pub fn is_live(&self, task: &Task) -> bool {
+        task.adapter == Adapter::Claude && task.live.or(self.live).unwrap_or(false)
     }
 }
 
@@ -263,10 +284,25 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
     if review && adapter == Some(Adapter::Codex) {
         errs.push(format!("{label}: review: a codex task is itself a verdict seat and cannot be reviewed"));
     }
+    let live = match o.get("live") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            errs.push(format!("{label}: live: must be a boolean, got {v}"));
+            None
+        }
+    };
+    if live == Some(true)
+        && let Some(a) = adapter.filter(|a| *a != Adapter::Claude)
+    {
+        errs.push(format!(
+            "{label}: live: the live channel is claude's (adapter {a} has no input while a turn runs; steer resumes it)"
+        ));
+    }
     if errs.len() > before {
         return None;
     }
-    Some(Task { id: id?, wave: wave?, adapter: adapter?, prompt: prompt?, gate, review, model })
+    Some(Task { id: id?, wave: wave?, adapter: adapter?, prompt: prompt?, gate, review, model, live })
 }
 
 #[cfg(test)]
@@ -306,6 +342,29 @@ mod tests {
         ] {
             assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
         }
+    }
+
+    #[test]
+    fn live_is_claudes_and_the_plan_wide_default_skips_other_adapters() {
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"d","live":"yes","tasks":[
+            {"id":"a","wave":1,"adapter":"codex","prompt":"x","live":true},
+            {"id":"b","wave":1,"adapter":"claude","prompt":"y","live":1}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("live: must be a boolean, got \"yes\""), "{err}");
+        assert!(err.contains("tasks[0] (a): live: the live channel is claude's (adapter codex"), "{err}");
+        assert!(err.contains("tasks[1] (b): live: must be a boolean, got 1"), "{err}");
+        let p = Plan::parse(
+            br#"{"v":"plan/v1","slug":"d","live":true,"tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x"},
+            {"id":"b","wave":1,"adapter":"claude","prompt":"y","live":false},
+            {"id":"c","wave":1,"adapter":"cursor","prompt":"z"}]}"#,
+        )
+        .unwrap();
+        let live: Vec<bool> = p.tasks.iter().map(|t| p.is_live(t)).collect();
+        assert_eq!(live, vec![true, false, false]);
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct Turn<'a> {
     /// claude only: the uuid assigned before the turn.
     pub session_id: Option<&'a str>,
     pub resume: Option<&'a str>,
+    /// claude only: the live channel (a FIFO) the turn reads its input from (`--interactive --input`).
+    pub input: Option<&'a Path>,
 }
 
 /// The directory holding `na.sh`, `ca.sh`, `codex.sh`: `$HARNESS_WRAPPERS`, else
@@ -103,6 +105,9 @@ pub fn command(dir: &Path, t: &Turn) -> tokio::process::Command {
     }
     if let Some(r) = t.resume {
         c.arg("--resume").arg(r);
+    }
+    if let Some(i) = t.input {
+        c.arg("--interactive").arg("--input").arg(i);
     }
     c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0).kill_on_drop(false);
     c

@@ -372,3 +372,39 @@ fn mutated_fixture_lines_never_break_the_normalizer() {
     }
     eprintln!("mutated lines: {} ({n} per adapter), events: {events}", n * 3);
 }
+
+/// The live-channel and approval captures (`fixtures/engines-live/`, copied from the probes of the
+/// real CLIs in their live-input modes): every kind mapped or skipped on purpose, every event valid,
+/// and each echoed input line an `input` event carrying the line's uuid.
+#[test]
+fn live_channel_captures_have_zero_unmapped_kinds_and_echoes_are_input_events() {
+    let schema = schema("events.schema.json");
+    let dir = repo_dir().join("fixtures/engines-live");
+    let (mut files, mut events, mut inputs) = (0, 0, 0);
+    for (sub, adapter) in [("claude", Adapter::Claude), ("approvals", Adapter::Claude), ("codex", Adapter::Codex)] {
+        for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let raw = entry.unwrap().path();
+            let bytes = std::fs::read(&raw).unwrap();
+            files += 1;
+            let replays = String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|l| l.contains("\"isReplay\":true") && !l.contains("<local-command-stdout>"))
+                .count();
+            let mut seen = 0;
+            for line in normalize_all(adapter, &bytes, 1).lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert!(!unmappable(&v), "{}: {line}", raw.display());
+                assert_valid(&schema, &v, &format!("{}: {line}", raw.display()));
+                if v["type"] == "input" {
+                    assert!(v["data"]["id"].is_string(), "{line}");
+                    seen += 1;
+                }
+                events += 1;
+            }
+            assert_eq!(seen, replays, "{}: one input event per echoed line", raw.display());
+            inputs += seen;
+        }
+    }
+    assert!(files >= 70 && inputs > 10, "{files} files, {inputs} inputs");
+    eprintln!("{files} live captures: {events} events, {inputs} input events, 0 unmapped");
+}

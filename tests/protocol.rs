@@ -42,9 +42,10 @@ fn the_specs_examples_round_trip_byte_for_byte() {
             Reply::Done(Answer::Steer { .. }) => "steer",
             Reply::Done(Answer::Pause { .. }) => "pause",
             Reply::Done(Answer::Stop { .. }) => "stop",
+            Reply::Done(Answer::Interrupt { .. }) => "interrupt",
         })
         .collect();
-    assert_eq!(kinds, ["status", "kill", "kill", "steer", "pause", "stop", "refused", "refused"]);
+    assert_eq!(kinds, ["status", "kill", "kill", "steer", "steer", "interrupt", "pause", "stop", "refused", "refused"]);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The wrapper contract, through the real scripts and the fake engines: exit codes, status line, log
-//! appends and exit markers, timeout, SIGTERM to the process group, resume, the interactive stub.
+//! appends and exit markers, timeout, SIGTERM to the process group, resume, the live channel's flags.
 
 mod common;
 
@@ -264,12 +264,22 @@ fn resume_passes_the_same_id_back_and_two_turns_share_one_log() {
 }
 
 #[test]
-fn interactive_is_refused_with_its_own_code() {
+fn interactive_without_its_channel_is_refused_with_its_own_code() {
     let t = Turn::new();
     let (rc, status, _) = t.run(&WRAPPERS[0], "success", &["--timeout", "5", "--interactive"]);
     assert_eq!(rc, 5);
-    assert!(status["detail"].as_str().unwrap().contains("stdin"), "{status}");
+    assert!(status["detail"].as_str().unwrap().contains("--input FIFO"), "{status}");
     assert!(t.records().is_empty(), "the engine must not run");
+    // --input must be a FIFO, and only goes with --interactive.
+    let plain = t.dir.path().join("not-a-fifo");
+    std::fs::write(&plain, "").unwrap();
+    let p = plain.to_str().unwrap();
+    let (rc, status, _) = t.run(&WRAPPERS[0], "success", &["--timeout", "5", "--interactive", "--input", p]);
+    assert_eq!(rc, 2, "{status}");
+    assert!(status["detail"].as_str().unwrap().contains("is not a FIFO"), "{status}");
+    let (rc, status, _) = t.run(&WRAPPERS[0], "success", &["--timeout", "5", "--input", p]);
+    assert_eq!(rc, 2, "{status}");
+    assert!(status["detail"].as_str().unwrap().contains("goes with --interactive"), "{status}");
     // Other wrappers do not have the seam: a usage error.
     let (rc, _, _) = t.run(&WRAPPERS[1], "success", &["--timeout", "5", "--interactive"]);
     assert_eq!(rc, 2);

@@ -134,7 +134,7 @@ wanted=("$@")
 for w in "${wanted[@]}"; do
   case $w in
     na.sh) probe na.sh HARNESS_CLAUDE_BIN fake-claude --resume
-      check "--interactive is refused with exit 5" '"$here/na.sh" --prompt-file "$work/prompt" --cwd "$work/repo" --log "$work/i.log" --timeout 5 --interactive > /dev/null 2>&1; [ "$?" = 5 ]'
+      check "--interactive without --input is refused with exit 5" '"$here/na.sh" --prompt-file "$work/prompt" --cwd "$work/repo" --log "$work/i.log" --timeout 5 --interactive > /dev/null 2>&1; [ "$?" = 5 ]'
       unset HARNESS_CLAUDE_BIN
       probe_real na.sh HARNESS_CLAUDE_BIN "$real_claude" claude ;;
     ca.sh) probe ca.sh HARNESS_CURSOR_BIN fake-cursor-agent --resume

@@ -7,7 +7,7 @@
 # Exit codes: one meaning each.
 readonly EX_OK=0 EX_USAGE=2 EX_ENGINE=3 EX_MISSING=4 EX_INTERACTIVE=5 EX_TIMEOUT=124 EX_TERM=143
 
-PROMPT_FILE='' CWD='' LOG='' TIMEOUT='' MODEL='' SESSION_ARG='' RESUME='' INTERACTIVE=0
+PROMPT_FILE='' CWD='' LOG='' TIMEOUT='' MODEL='' SESSION_ARG='' RESUME='' INTERACTIVE=0 INPUT=''
 SESSION_ID='' FILES=() ENGINE_RC=0 TIMED_OUT=0 TERMINATED=0 ENGINE_PID='' TURN_OFFSET=0
 
 # A JSON string literal of $1 (control characters other than \n \r \t are dropped).
@@ -70,7 +70,7 @@ parse_flags() {
   local need
   while [ $# -gt 0 ]; do
     case $1 in
-      --prompt-file | --cwd | --log | --timeout | --model | --session-id | --resume)
+      --prompt-file | --cwd | --log | --timeout | --model | --session-id | --resume | --input)
         [ $# -ge 2 ] || usage_error "$1 needs a value"
         need=$2
         case $1 in
@@ -81,6 +81,7 @@ parse_flags() {
           --model) MODEL=$need ;;
           --session-id) SESSION_ARG=$need ;;
           --resume) RESUME=$need ;;
+          --input) INPUT=$need ;;
         esac
         shift 2
         ;;
@@ -101,6 +102,8 @@ parse_flags() {
   [ -n "$TIMEOUT" ] || usage_error "--timeout is required"
   [[ $TIMEOUT =~ ^[1-9][0-9]{0,6}$ ]] || usage_error "--timeout $TIMEOUT is not a positive number of seconds"
   [ -z "$SESSION_ARG" ] || [ -z "$RESUME" ] || usage_error "--session-id and --resume are exclusive"
+  [ -z "$INPUT" ] || [ "$INTERACTIVE" = 1 ] || usage_error "--input is the live channel: it goes with --interactive"
+  [ -z "$INPUT" ] || [ -p "$INPUT" ] || usage_error "--input $INPUT is not a FIFO"
   local id
   for id in "$SESSION_ARG" "$RESUME"; do
     [ -z "$id" ] || [[ $id =~ ^[A-Za-z0-9._:-]{1,128}$ ]] || usage_error "session id ${id:0:80} has characters outside [A-Za-z0-9._:-]"
@@ -196,7 +199,8 @@ scoped_env() {
 run_engine() {
   local sleeper
   trap on_signal TERM INT HUP
-  (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$@") < /dev/null >> "$LOG" 2>> "$LOG.stderr" &
+  # stdin: nothing, or the live channel (a FIFO the supervisor holds open) in interactive mode.
+  (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$@") < "${INPUT:-/dev/null}" >> "$LOG" 2>> "$LOG.stderr" &
   ENGINE_PID=$!
   # The timer holds none of our stdio: a caller reading our stdout must not wait for it.
   sleep "$TIMEOUT" > /dev/null 2>&1 &

@@ -2,12 +2,14 @@
 # na.sh — dispatch one Claude Code turn (the "north" engine, direct or through claude-code-router).
 #
 #   na.sh --prompt-file F --cwd DIR --log FILE --timeout SECS [--model M]
-#         [--session-id UUID | --resume UUID] [--interactive]
+#         [--session-id UUID | --resume UUID] [--interactive --input FIFO]
 #
 # Runs `claude -p <prompt> --output-format stream-json --verbose --include-partial-messages
 # --session-id <uuid>` (or `--resume <uuid>`), stdout appended to FILE. The session id is assigned
 # before the turn (the harness passes one; by hand the wrapper makes one), so kill-then-resume works
-# before the first token. Contract: spec/WRAPPER-CONTRACT.md.
+# before the first token. With --interactive, claude reads its input from FIFO (the live channel the
+# supervisor owns: the prompt is its first line, steers and answers follow) instead of the argument.
+# Contract: spec/WRAPPER-CONTRACT.md.
 # shellcheck source-path=SCRIPTDIR
 set -uo pipefail
 WRAPPER_NAME=na.sh
@@ -16,10 +18,9 @@ WRAPPER_NAME=na.sh
 ensure_group_leader "$@"
 parse_flags "$@"
 
-if [ "$INTERACTIVE" = 1 ]; then
-  # Design §6: the live-claude seam (--input-format stream-json with stdin open) is declared, not
-  # built. Plan dispatch closes stdin, so a mid-turn message can never reach the engine here.
-  finish "$EX_INTERACTIVE" "interactive: live mid-turn input needs an open stdin (claude --input-format stream-json); plan dispatch runs with stdin closed, so this seam is not wired (design §6)" 0
+if [ "$INTERACTIVE" = 1 ] && [ -z "$INPUT" ]; then
+  # The live channel is the supervisor's: without one there is nobody to write the turn's input.
+  finish "$EX_INTERACTIVE" "interactive: the live channel needs --input FIFO (a FIFO the supervisor holds open; spec/WRAPPER-CONTRACT.md, Optional: live channel)" 0
 fi
 
 find_engine HARNESS_CLAUDE_BIN claude
@@ -48,8 +49,16 @@ mapfile -t engine_env < <(compgen -e | grep '^CLAUDE_CODE_')
 scoped_env "${engine_env[@]}" ANTHROPIC_BASE_URL ANTHROPIC_AUTH_TOKEN ANTHROPIC_API_KEY ANTHROPIC_MODEL \
   ANTHROPIC_SMALL_FAST_MODEL CLAUDE_CONFIG_DIR XDG_CONFIG_HOME DISABLE_TELEMETRY DISABLE_AUTOUPDATER \
   IS_SANDBOX
-prompt=$(cat "$PROMPT_FILE")
-run_engine "$ENGINE" -p "$prompt" --output-format stream-json --verbose --include-partial-messages \
-  "${session_flags[@]}" "${model_flags[@]}" "${perm_flags[@]}"
+if [ "$INTERACTIVE" = 1 ]; then
+  # The prompt arrives on the channel; tool calls the permission flags do not allow are asked there
+  # (control_request can_use_tool) and answered by the supervisor.
+  run_engine "$ENGINE" -p --input-format stream-json --replay-user-messages --permission-prompt-tool stdio \
+    --output-format stream-json --verbose --include-partial-messages \
+    "${session_flags[@]}" "${model_flags[@]}" "${perm_flags[@]}"
+else
+  prompt=$(cat "$PROMPT_FILE")
+  run_engine "$ENGINE" -p "$prompt" --output-format stream-json --verbose --include-partial-messages \
+    "${session_flags[@]}" "${model_flags[@]}" "${perm_flags[@]}"
+fi
 judge_exit
 judge_result_line claude "claude turn completed"

@@ -359,6 +359,8 @@ impl Durable {
         v["logfile"] = json!(logfile);
         v["log_exists"] = json!(logfile.exists());
         v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
+        // Added with the live channel: every steer of the task and where it stands.
+        v["steers"] = json!(files.view.steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
         v["supervised"] = json!(files.supervisor_alive());
         self.add_worktree(&mut v, run, task);
         Ok(v)

@@ -290,6 +290,7 @@ async fn dispatch(
         }
         Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req, peer).await,
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req, peer).await,
+        Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Verb::Interrupt, req, peer).await,
         Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req, peer).await,
         Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req, peer).await,
     }

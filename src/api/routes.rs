@@ -14,6 +14,7 @@ pub enum Route {
     Events(RunId, TaskId),
     Steer(RunId, TaskId),
     Kill(RunId, TaskId),
+    Interrupt(RunId, TaskId),
     Pause(RunId),
     Resume(RunId),
 }
@@ -23,7 +24,7 @@ impl Route {
     pub fn methods(&self) -> &'static [&'static str] {
         match self {
             Route::Runs | Route::Run(_) | Route::Task(..) | Route::Stream(..) | Route::Events(..) => &["GET"],
-            Route::Steer(..) | Route::Kill(..) | Route::Pause(_) | Route::Resume(_) => &["POST"],
+            Route::Steer(..) | Route::Kill(..) | Route::Interrupt(..) | Route::Pause(_) | Route::Resume(_) => &["POST"],
         }
     }
 }
@@ -85,6 +86,7 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs", r, "tasks", t, "events"] => Route::Events(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "steer"] => Route::Steer(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "kill"] => Route::Kill(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "interrupt"] => Route::Interrupt(run(r)?, task(t)?),
         // A segment that is not a valid id where an id belongs is a 400 even on a longer path, so a
         // traversal attempt never reads as "merely not found".
         ["runs", r, ..] => {

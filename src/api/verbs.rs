@@ -190,10 +190,11 @@ pub async fn verb(
             Request::Steer { task, msg: msg.unwrap_or_default(), interrupt: interrupt.then_some(true), by: Some(by) }
         }
         (Verb::Kill, Some(task)) => Request::Kill { task, by: Some(by) },
+        (Verb::Interrupt, Some(task)) => Request::Interrupt { task, by: Some(by) },
         (Verb::Pause, _) => Request::Pause { by: Some(by) },
         (Verb::Resume, _) => Request::Resume { by: Some(by) },
         (Verb::Stop, _) => Request::Stop { by: Some(by) },
-        (Verb::Steer | Verb::Kill | Verb::Other, _) => {
+        (Verb::Steer | Verb::Kill | Verb::Interrupt | Verb::Other, _) => {
             return Err(refused(bad(format!("{verb} is not a verb of this route")), Some(by), msg).await);
         }
     };

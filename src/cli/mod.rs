@@ -172,7 +172,8 @@ enum Cmd {
         #[arg(long)]
         until_exit: bool,
     },
-    /// Queue a message for a task's next turn (resume of its session).
+    /// Send a message to a task: into its running turn when it is live, else queued for its next
+    /// turn (resume of its session).
     Steer {
         run: String,
         task: String,
@@ -185,6 +186,13 @@ enum Cmd {
     },
     /// Kill a task's running turn.
     Kill {
+        run: String,
+        task: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// End a live task's running turn without killing it (its session stays whole: a steer resumes it).
+    Interrupt {
         run: String,
         task: String,
         #[command(flatten)]
@@ -430,6 +438,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             remote::task_verb(&api.client()?, &run, &task, "steer", body)
         }
         Cmd::Kill { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "kill", cli_by()),
+        Cmd::Interrupt { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "interrupt", cli_by()),
         Cmd::Pause { run, api } => remote::run_verb(&api.client()?, &run, "pause"),
         Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
         Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),

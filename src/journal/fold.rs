@@ -19,6 +19,21 @@ pub struct PendingSteer {
     pub line: u64,
 }
 
+/// One steer and where it stands: `queued` → (`delivered` → `taken`, live) or `applied` (resume), or
+/// `refused`; its last outcome wins.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SteerView {
+    pub id: String,
+    pub task: TaskId,
+    pub msg: Option<String>,
+    pub by: String,
+    pub state: Outcome,
+    /// When it was queued (or refused).
+    pub ts: String,
+    /// When it reached its state.
+    pub updated: String,
+}
+
 /// Last known facts of one task, folded from its records.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskView {
@@ -73,6 +88,8 @@ pub struct RunView {
     pub status: RunStatus,
     pub tasks: BTreeMap<TaskId, TaskView>,
     pub pending_steers: Vec<PendingSteer>,
+    /// Every steer with an id, in the order it was first recorded.
+    pub steers: Vec<SteerView>,
     /// Number of valid records folded.
     pub records: u64,
     /// Complete lines that did not parse (e.g. a torn line followed by later appends).
@@ -94,6 +111,7 @@ impl Default for RunView {
             status: RunStatus::Pending,
             tasks: BTreeMap::new(),
             pending_steers: Vec::new(),
+            steers: Vec::new(),
             records: 0,
             bad_lines: Vec::new(),
             torn_tail: None,
@@ -167,6 +185,23 @@ impl RunView {
                 if c.verb != Verb::Steer {
                     return;
                 }
+                if let (Some(id), Some(task)) = (&c.id, &c.task) {
+                    match self.steers.iter_mut().rev().find(|s| &s.id == id) {
+                        Some(s) => {
+                            s.state = c.outcome;
+                            s.updated = rec.ts.clone();
+                        }
+                        None => self.steers.push(SteerView {
+                            id: id.clone(),
+                            task: task.clone(),
+                            msg: c.msg.clone(),
+                            by: c.by.clone(),
+                            state: c.outcome,
+                            ts: rec.ts.clone(),
+                            updated: rec.ts.clone(),
+                        }),
+                    }
+                }
                 match (c.outcome, &c.id) {
                     (Outcome::Queued, Some(id)) => {
                         if let (Some(task), Some(msg)) = (&c.task, &c.msg) {
@@ -179,7 +214,9 @@ impl RunView {
                             });
                         }
                     }
-                    (Outcome::Applied | Outcome::Refused, Some(id)) => self.pending_steers.retain(|s| &s.id != id),
+                    (Outcome::Applied | Outcome::Refused | Outcome::Taken, Some(id)) => {
+                        self.pending_steers.retain(|s| &s.id != id)
+                    }
                     _ => {}
                 }
             }

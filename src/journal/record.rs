@@ -97,6 +97,8 @@ pub enum Verb {
     Pause,
     Resume,
     Stop,
+    /// Ends a live task's running turn without killing its process (added with the live channel).
+    Interrupt,
     /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
     /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
     /// its request was read); its `detail` says what it was. Never a verb anyone can send.
@@ -124,6 +126,8 @@ impl Outcome {
             Outcome::Applied => "applied",
             Outcome::Refused => "refused",
             Outcome::Noop => "noop",
+            Outcome::Delivered => "delivered",
+            Outcome::Taken => "taken",
         }
     }
 }
@@ -136,6 +140,7 @@ impl Verb {
             Verb::Pause => "pause",
             Verb::Resume => "resume",
             Verb::Stop => "stop",
+            Verb::Interrupt => "interrupt",
             Verb::Other => "other",
         }
     }
@@ -151,6 +156,11 @@ pub enum Outcome {
     Applied,
     Refused,
     Noop,
+    /// A live steer written to the task's live channel (added with the live channel).
+    Delivered,
+    /// The engine echoed a delivered steer where it entered the conversation: it is done, like
+    /// `applied` for a resume steer (added with the live channel).
+    Taken,
 }
 
 /// One journal line. `kind` selects the body; `v` and `ts` are on every line.
@@ -294,7 +304,10 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
                 return Err(JournalError::Invalid("a queued steer needs msg and id".into()));
             }
             // A refusal is recorded even when the request lacked its task (that may be why).
-            if matches!(c.verb, Verb::Steer | Verb::Kill) && c.task.is_none() && c.outcome != Outcome::Refused {
+            if matches!(c.verb, Verb::Steer | Verb::Kill | Verb::Interrupt)
+                && c.task.is_none()
+                && c.outcome != Outcome::Refused
+            {
                 return Err(JournalError::Invalid(format!("{} needs a task", c.verb.as_str())));
             }
             if c.verb == Verb::Other && c.outcome != Outcome::Refused {

@@ -45,6 +45,10 @@ pub(super) struct Line<'a> {
     total_cost_usd: Option<f64>,
     #[serde(borrow)]
     tool_name: S<'a>,
+    #[serde(borrow)]
+    uuid: S<'a>,
+    #[serde(rename = "isReplay")]
+    is_replay: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -105,8 +109,15 @@ pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
         "assistant" => assistant(&l)?,
         "user" => user(&l)?,
         "result" => vec![turn_end(&l)],
-        // Informational rate-limit status and the stdin control protocol: not agent output.
-        "rate_limit_event" | "control_request" | "control_response" | "control_cancel_request" => vec![],
+        // Informational rate-limit status, the stdin control protocol and the queue of stdin lines
+        // (`command_lifecycle`: the `input` event marks where a line was taken): not agent output.
+        "rate_limit_event"
+        | "control_request"
+        | "control_response"
+        | "control_cancel_request"
+        | "command_lifecycle" => {
+            vec![]
+        }
         other => return Err(Refusal::Unmapped(other.to_string())),
     };
     Ok(Mapped { session: l.session_id, ts: l.timestamp, data })
@@ -119,6 +130,9 @@ fn system<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
         // Transport status and thinking-token estimates carry no content; notices and turn
         // summaries are UI chrome of the interactive CLI.
         "status" | "thinking_tokens" | "notification" | "post_turn_summary" | "compact_boundary" => vec![],
+        // A tool's own task bookkeeping (its call and result are the tool events) and interactive UI
+        // state (background tasks, the session's title).
+        "task_started" | "task_notification" | "background_tasks_changed" | "session_title_changed" => vec![],
         "api_retry" => {
             let err = l.error.and_then(raw_str).unwrap_or(Cow::Borrowed("error"));
             let status = l.error_status.map(|s| format!(" {s}")).unwrap_or_default();
@@ -241,6 +255,10 @@ fn assistant<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
 
 fn user<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
     let m = message(l)?;
+    // The live channel's echo (`--replay-user-messages`): a message taken into the conversation here.
+    if l.is_replay == Some(true) {
+        return Ok(replayed(l, m.content));
+    }
     // A plain string is the prompt echoed (stdin mode): not agent output.
     if m.content.get().starts_with('"') {
         return Ok(vec![]);
@@ -261,6 +279,25 @@ fn user<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
         }
     }
     Ok(out)
+}
+
+/// An echoed input line: its text (a string, or its text blocks joined) as an `input` event. Echoed
+/// local-command output and synthetic lines are the CLI's own, not the operator's.
+fn replayed<'a>(l: &Line<'a>, content: &'a RawValue) -> Vec<Data<'a>> {
+    let text = match raw_str(content) {
+        Some(t) => t,
+        None => match serde_json::from_str::<Vec<Block>>(content.get()) {
+            Ok(blocks) => {
+                let texts: Vec<&str> = blocks.iter().filter_map(|b| b.text.as_deref()).collect();
+                Cow::Owned(texts.join("\n"))
+            }
+            Err(_) => Cow::Borrowed(content.get()),
+        },
+    };
+    if text.contains("<local-command-stdout>") {
+        return vec![];
+    }
+    vec![Data::Input { id: l.uuid.clone(), text }]
 }
 
 /// tool_result content: a string, or blocks whose texts are joined; anything else verbatim.

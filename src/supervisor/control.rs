@@ -25,12 +25,33 @@ pub const MAX_REQUEST: usize = 256 * 1024;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "Wire", into = "Wire")]
 pub enum Request {
-    Status { by: Option<String> },
-    Kill { task: TaskId, by: Option<String> },
-    Steer { task: TaskId, msg: String, interrupt: Option<bool>, by: Option<String> },
-    Pause { by: Option<String> },
-    Resume { by: Option<String> },
-    Stop { by: Option<String> },
+    Status {
+        by: Option<String>,
+    },
+    Kill {
+        task: TaskId,
+        by: Option<String>,
+    },
+    Steer {
+        task: TaskId,
+        msg: String,
+        interrupt: Option<bool>,
+        by: Option<String>,
+    },
+    Pause {
+        by: Option<String>,
+    },
+    Resume {
+        by: Option<String>,
+    },
+    Stop {
+        by: Option<String>,
+    },
+    /// A live task's running turn is aborted; the process and session live on (added).
+    Interrupt {
+        task: TaskId,
+        by: Option<String>,
+    },
 }
 
 impl Request {
@@ -43,6 +64,7 @@ impl Request {
             Request::Pause { .. } => "pause",
             Request::Resume { .. } => "resume",
             Request::Stop { .. } => "stop",
+            Request::Interrupt { .. } => "interrupt",
         }
     }
 
@@ -54,14 +76,15 @@ impl Request {
             | Request::Steer { by, .. }
             | Request::Pause { by }
             | Request::Resume { by }
-            | Request::Stop { by } => by.as_deref(),
+            | Request::Stop { by }
+            | Request::Interrupt { by, .. } => by.as_deref(),
         }
     }
 
     /// The task the verb names, for kill and steer.
     pub fn task(&self) -> Option<&TaskId> {
         match self {
-            Request::Kill { task, .. } | Request::Steer { task, .. } => Some(task),
+            Request::Kill { task, .. } | Request::Steer { task, .. } | Request::Interrupt { task, .. } => Some(task),
             _ => None,
         }
     }
@@ -109,11 +132,17 @@ impl TryFrom<Wire> for Request {
                 only(&["task"])?;
                 Request::Kill { task: task()?, by }
             }
+            "interrupt" => {
+                only(&["task"])?;
+                Request::Interrupt { task: task()?, by }
+            }
             "steer" => {
                 Request::Steer { task: task()?, msg: w.msg.clone().unwrap_or_default(), interrupt: w.interrupt, by }
             }
             other => {
-                return Err(format!("unknown verb {other:?}: expected kill, steer, pause, resume, stop or status"));
+                return Err(format!(
+                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop or status"
+                ));
             }
         })
     }
@@ -125,7 +154,7 @@ impl From<Request> for Wire {
         let mut w = Wire { verb, task: None, msg: None, interrupt: None, by: None };
         match r {
             Request::Status { by } | Request::Pause { by } | Request::Resume { by } | Request::Stop { by } => w.by = by,
-            Request::Kill { task, by } => {
+            Request::Kill { task, by } | Request::Interrupt { task, by } => {
                 w.task = Some(task.to_string());
                 w.by = by;
             }
@@ -206,6 +235,10 @@ pub enum Answer {
         tasks: BTreeMap<TaskId, TaskStatus>,
     },
     Steer {
+        /// How the message reaches the engine (added with the live channel): `live` (written into
+        /// the running turn) or `resume` (a resume of the session at the turn boundary).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        delivery: Option<Delivery>,
         detail: String,
         id: String,
         ok: True,
@@ -228,10 +261,26 @@ pub enum Answer {
         paused: bool,
         running: usize,
     },
+    /// Before `Stop`, whose fields it has too.
+    Interrupt {
+        detail: String,
+        ok: True,
+        task: TaskId,
+    },
     Stop {
         detail: String,
         ok: True,
     },
+}
+
+/// How a steer reaches the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// Written into the running turn over the live channel.
+    Live,
+    /// Applied at the turn boundary by resuming the session with it.
+    Resume,
 }
 
 /// Why a verb was not carried out: `status` is the HTTP status the API answers with (400 malformed,
@@ -427,6 +476,7 @@ impl Sketch {
             Request::Pause { .. } => Verb::Pause,
             Request::Resume { .. } => Verb::Resume,
             Request::Stop { .. } => Verb::Stop,
+            Request::Interrupt { .. } => Verb::Interrupt,
         };
         let msg = match req {
             Request::Steer { msg, .. } => Some(msg.clone()),
@@ -461,6 +511,7 @@ fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
         Some("pause") => Verb::Pause,
         Some("resume") => Verb::Resume,
         Some("stop") => Verb::Stop,
+        Some("interrupt") => Verb::Interrupt,
         _ => Verb::Other,
     };
     let by = by_uid.map(str::to_string).or_else(|| s("by").filter(|b| !b.is_empty()).map(crate::journal::clip_by));

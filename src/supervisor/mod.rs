@@ -9,6 +9,7 @@
 
 pub mod control;
 pub mod kill;
+mod live;
 mod pipeline;
 mod recover;
 mod verbs;

@@ -45,12 +45,16 @@ pub(crate) struct Ctx {
 }
 
 /// A task's pipeline as the kill verb sees it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Proc {
     /// Process group of the wrapper / gate / reviewer running now (none between steps).
     pub pgid: Option<i32>,
     /// Set by kill (or an interrupting steer): who asked.
     pub killed_by: Option<String>,
+    /// Set by the interrupt verb on a live task: who asked (the turn ends `halted`, its session whole).
+    pub interrupted_by: Option<String>,
+    /// The running live turn's driver (`None`: no live turn runs now, or it is closing).
+    pub live: Option<tokio::sync::mpsc::Sender<super::live::LiveCmd>>,
 }
 
 /// Where a pipeline starts.
@@ -85,6 +89,11 @@ type Step<T> = Result<T, End>;
 impl Ctx {
     fn killed_by(&self, task: &TaskId) -> Option<String> {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).get(task).and_then(|p| p.killed_by.clone())
+    }
+
+    /// Who interrupted the task's live turn (taken: the next turn starts clean).
+    fn interrupted_by(&self, task: &TaskId) -> Option<String> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(task).and_then(|p| p.interrupted_by.take())
     }
 
     fn set_pgid(&self, task: &TaskId, pgid: Option<i32>) {
@@ -371,6 +380,17 @@ async fn turn(
         return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), known_session));
     }
     let cwd = workspace(ctx, task, known_session.clone()).await?;
+    let live = ctx.plan.is_live(task);
+    let fifo = if live {
+        match super::live::make_fifo(&ctx.pointer.runstate_dir, ctx.pointer.slug.as_str(), id) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                return Err(ctx.halt(id, exit::NOT_RUN, format!("cannot make the live channel: {e}"), known_session));
+            }
+        }
+    } else {
+        None
+    };
     let t = wrapper::Turn {
         adapter: task.adapter,
         prompt_file: &prompt_file,
@@ -380,11 +400,19 @@ async fn turn(
         model: task.model.as_deref(),
         session_id: assigned.as_deref(),
         resume: resume.as_deref(),
+        input: fifo.as_deref(),
     };
     let mut cmd = wrapper::command(&ctx.wrappers, &t);
     ctx.label(&mut cmd, id);
     let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
-    let (rc, stdout) = match ctx.run_child(id, cmd, &logfile, known_session.as_deref(), LiveState::Leased, None).await {
+    let ran = match &fifo {
+        None => ctx.run_child(id, cmd, &logfile, known_session.as_deref(), LiveState::Leased, None).await,
+        Some(fifo) => live_turn(ctx, id, cmd, fifo, prompt, &logfile, offset, known_session.as_deref()).await,
+    };
+    if let Some(f) = &fifo {
+        let _ = std::fs::remove_file(f);
+    }
+    let (rc, stdout) = match ran {
         Ok(r) => r,
         Err(e) => return Err(ctx.halt(id, exit::NOT_RUN, format!("wrapper did not run: {e}"), known_session)),
     };
@@ -393,6 +421,9 @@ async fn turn(
     ensure_exit_marker(&logfile, offset, rc, session.as_deref());
     if let Some(by) = ctx.killed_by(id) {
         return Err(ctx.halt(id, rc, format!("killed by {by}"), session));
+    }
+    if let Some(by) = ctx.interrupted_by(id) {
+        return Err(ctx.halt(id, rc, format!("interrupted by {by}"), session));
     }
     if rc != 0 {
         return Err(ctx.halt(id, rc, out.detail(), session));
@@ -414,6 +445,53 @@ async fn turn(
     implemented.files = Some(status.files.clone());
     ctx.append(implemented)?;
     Ok((session, status.files))
+}
+
+/// A turn on the live channel: the wrapper and the channel's driver run together; the driver is
+/// reachable by the scheduler (`Proc::live`) until it closes the channel or the wrapper exits.
+#[allow(clippy::too_many_arguments)]
+async fn live_turn(
+    ctx: &Ctx,
+    id: &TaskId,
+    cmd: tokio::process::Command,
+    fifo: &Path,
+    prompt: &str,
+    log: &Path,
+    offset: u64,
+    session: Option<&str>,
+) -> Result<(i32, Vec<u8>), String> {
+    // Read-write, so opening does not wait for claude and claude sees EOF only when it is closed
+    // (or this process dies). Close-on-exec: the wrapper must not hold a writing end.
+    let writer = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_sender(fifo)
+        .map_err(|e| format!("cannot open the live channel {}: {e}", fifo.display()))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(super::live::QUEUE);
+    if let Some(p) = ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
+        p.live = Some(tx);
+    }
+    let driver = super::live::Driver {
+        ctx,
+        task: id,
+        writer: Some(writer),
+        rx,
+        log: log.to_path_buf(),
+        offset,
+        outstanding: Default::default(),
+        steers: Default::default(),
+    };
+    let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    let prompt_id = uuid::Uuid::new_v4().to_string();
+    let child = async {
+        let r = ctx.run_child(id, cmd, log, session, LiveState::Leased, None).await;
+        let _ = done_tx.send(true);
+        r
+    };
+    let (ran, ()) = tokio::join!(child, driver.run(prompt, &prompt_id, done_rx));
+    if let Some(p) = ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
+        p.live = None;
+    }
+    ran
 }
 
 async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
@@ -465,6 +543,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         model: None,
         session_id: None,
         resume: None,
+        input: None,
     };
     let cmd = wrapper::command(&ctx.wrappers, &t);
     let (rc, stdout) = match ctx.run_child(id, cmd, &log, None, LiveState::Reviewing, None).await {

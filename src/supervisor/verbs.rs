@@ -2,7 +2,8 @@
 //! and steer, each decided against the journal and journaled — refusals included — before it is
 //! answered. Kill answers once the task's pipeline has ended (`finished` in `mod.rs` sends it).
 
-use super::control::{Answer, Envelope, Refusal, Reply, Request, Shown, TaskStatus, True, refuse};
+use super::control::{Answer, Delivery, Envelope, Refusal, Reply, Request, Shown, TaskStatus, True, refuse};
+use super::live::LiveCmd;
 use super::{PendingKill, Scheduler, kill};
 use crate::ids::TaskId;
 use crate::journal::{self, ControlRecord, Outcome, Record, RunEvent, Verb};
@@ -47,6 +48,7 @@ impl Scheduler {
                 Err(r) => Err(r),
             },
             Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
+            Request::Interrupt { task, .. } => self.interrupt_turn(task, &by),
         };
         // The verbs record their refusals by state (409) themselves, under the journal lock; a
         // request's own faults (400 malformed, 404 unknown task) are recorded here.
@@ -229,7 +231,18 @@ impl Scheduler {
             }
             (Err(e), None) => return Err(refuse(500, format!("journal append failed, nothing was queued: {e}"))),
         }
-        let detail = if interrupt && running {
+        // A live task whose turn runs: the message goes into the turn itself.
+        let live = self.ctx.plan.is_live(&task)
+            && self.send_live(&task.id, || LiveCmd::Steer {
+                id: steer_id.clone(),
+                msg: msg.to_string(),
+                now: interrupt,
+            });
+        let detail = if live && interrupt {
+            "queued; written into the running turn with priority now (it cuts the turn and starts the next one in the same process)"
+        } else if live {
+            "queued; written into the running turn (claude takes it at its next tool boundary, or as the next turn in the same process)"
+        } else if interrupt && running {
             self.signal_kill(&task.id, &format!("steer {steer_id} (interrupt)"));
             "queued; interrupting the current turn, then resuming the session with the message"
         } else if running {
@@ -239,6 +252,76 @@ impl Scheduler {
         } else {
             "queued: applying now (resume of the task's session with the message)"
         };
-        Ok(Answer::Steer { detail: detail.into(), id: steer_id, ok: True, task: task.id })
+        let delivery = Some(if live { Delivery::Live } else { Delivery::Resume });
+        Ok(Answer::Steer { delivery, detail: detail.into(), id: steer_id, ok: True, task: task.id })
+    }
+
+    /// Hands `cmd` to the task's running live-channel driver; false when there is none (no live turn
+    /// runs, or it is closing) or its queue is full. Under the `running` lock, which the driver also
+    /// takes before it closes: a command handed over is never lost.
+    fn send_live(&self, task: &TaskId, cmd: impl FnOnce() -> LiveCmd) -> bool {
+        let running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.get(task).and_then(|p| p.live.as_ref()).is_some_and(|tx| tx.try_send(cmd()).is_ok())
+    }
+
+    /// Ends a live task's running turn without killing it: claude aborts the turn and keeps its
+    /// process and session; the task ends `halted` ("interrupted by …"), so a steer resumes it.
+    fn interrupt_turn(&mut self, id: &TaskId, by: &str) -> Result<Answer, Refusal> {
+        let task = self.task_of(id)?;
+        let refused = |me: &Self, detail: String| -> Result<Answer, Refusal> {
+            me.journal_control(ControlRecord {
+                task: Some(task.id.clone()),
+                detail: Some(format!("{detail} (409)")),
+                ..Record::control(Verb::Interrupt, by, Outcome::Refused)
+            })?;
+            Err(refuse(409, detail))
+        };
+        if !self.ctx.plan.is_live(&task) {
+            return refused(
+                self,
+                format!(
+                    "task {id} is not live: interrupt needs the live channel (plan field live); kill ends any task"
+                ),
+            );
+        }
+        let has_driver = {
+            let running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+            running.get(&task.id).is_some_and(|p| p.live.is_some())
+        };
+        if !has_driver {
+            return refused(self, format!("task {id} has no live turn running"));
+        }
+        self.journal_control(ControlRecord {
+            task: Some(task.id.clone()),
+            ..Record::control(Verb::Interrupt, by, Outcome::Accepted)
+        })?;
+        let sent = {
+            let mut running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+            match running.get_mut(&task.id) {
+                Some(p)
+                    if p.live.as_ref().is_some_and(|tx| tx.try_send(LiveCmd::Interrupt { by: by.into() }).is_ok()) =>
+                {
+                    p.interrupted_by = Some(by.to_string());
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !sent {
+            let detail = "the turn ended before the interrupt reached it".to_string();
+            self.journal_control(ControlRecord {
+                task: Some(task.id.clone()),
+                detail: Some(detail.clone()),
+                ..Record::control(Verb::Interrupt, by, Outcome::Noop)
+            })?;
+            return Ok(Answer::Interrupt { detail, ok: True, task: task.id });
+        }
+        Ok(Answer::Interrupt {
+            detail: format!(
+                "interrupting the running turn; the task ends halted (interrupted by {by}) with its session whole: a steer resumes it"
+            ),
+            ok: True,
+            task: task.id,
+        })
     }
 }

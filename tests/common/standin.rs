@@ -12,6 +12,7 @@
 //! | (none) | a short text: `Hi there! This request carried N message(s).` |
 //! | `[anthropic:tool]` / `[openai:tool]` | a tool call running `echo hi` (claude `Bash`, codex `exec_command`) |
 //! | `[anthropic:slow:N:MS]` / `[openai:slow:N:MS]` | N text deltas `dK ` sent MS ms apart |
+//! | `[anthropic:twotools:MS]` | a slow two-tool turn: `Step 1.` + Bash `sleep MS/1000; echo TOOL1-DONE`, then `Step 2.` + the same with TOOL2, then `Done. User texts after the prompt: [...]` quoting every user text that came after the directive's message (mid-turn messages included) |
 //! | `[anthropic:error:STATUS]` / `[openai:error:STATUS]` | that HTTP status with an error body |
 //! | `[openai:approve]` / `[openai:reject]` | the verdict `APPROVE` / `REJECT: <reason>` |
 //!
@@ -113,6 +114,8 @@ impl Drop for StandIn {
 enum Script {
     Text(String),
     Tool,
+    /// Text, then a Bash tool call running the command.
+    Cmd(String, String),
     ToolFollowUp(String),
     Slow(u32, u64),
     Error(u16),
@@ -124,6 +127,7 @@ impl Script {
         match self {
             Script::Text(t) => (words(t), 0),
             Script::Tool => (words("I'll run a command."), 0),
+            Script::Cmd(text, _) => (words(text), 0),
             Script::ToolFollowUp(out) => (words(&format!("The tool returned: {out}. Done.")), 0),
             Script::Slow(count, gap) => ((0..*count).map(|k| format!("d{k} ")).collect(), *gap),
             Script::Error(_) => (Vec::new(), 0),
@@ -160,8 +164,56 @@ fn all_text(v: &Value, out: &mut String) {
     }
 }
 
+/// A user message's own text: its text blocks but the `<system-reminder>`s Claude Code prepends, no
+/// tool results.
+fn own_text(m: &Value) -> String {
+    let mut text = String::new();
+    match m["content"].as_array() {
+        Some(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter(|b| !b["text"].as_str().is_some_and(|t| t.trim_start().starts_with("<system-reminder>")))
+            .for_each(|b| all_text(&b["text"], &mut text)),
+        None => all_text(&m["content"], &mut text),
+    }
+    text
+}
+
+/// The two-tool script, when a user message asked for it: where its turn stands.
+fn twotools(messages: &[Value]) -> Option<Script> {
+    let k = messages.iter().rposition(|m| m["role"] == "user" && own_text(m).contains("[anthropic:twotools:"))?;
+    let text = own_text(&messages[k]);
+    let start = text.rfind("[anthropic:twotools:")? + "[anthropic:twotools:".len();
+    let ms: u64 = text[start..start + text[start..].find(']')?].parse().ok()?;
+    let later = &messages[k + 1..];
+    let results = later
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .count();
+    let secs = format!("{}.{:03}", ms / 1000, ms % 1000);
+    Some(match results {
+        0 => Script::Cmd("Step 1.".into(), format!("sleep {secs}; echo TOOL1-DONE")),
+        1 => Script::Cmd("Step 2.".into(), format!("sleep {secs}; echo TOOL2-DONE")),
+        _ => {
+            let notes: Vec<String> = later
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .map(own_text)
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect();
+            Script::Text(format!("Done. User texts after the prompt: {notes:?}"))
+        }
+    })
+}
+
 fn anthropic_script(body: &Value) -> Script {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    if let Some(s) = twotools(&messages) {
+        return s;
+    }
     let n = messages.len();
     let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else {
         return Script::Text(format!("Hi there! This request carried {n} message(s)."));
@@ -374,10 +426,17 @@ fn anthropic(w: &mut TcpStream, st: &State, body: &Value) -> std::io::Result<()>
     };
     let (deltas, gap) = script.text_deltas();
     text_block(&mut s, 0, &deltas, gap)?;
-    let stop_reason = if script == Script::Tool {
+    let command = match &script {
+        Script::Tool => Some("echo hi".to_string()),
+        Script::Cmd(_, c) => Some(c.clone()),
+        _ => None,
+    };
+    let stop_reason = if let Some(command) = command {
         s.event(json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use",
             "id":format!("toolu_standin_{n:06}"),"name":"Bash","input":{}}}))?;
-        for part in [r#"{"command": "echo hi", "#, r#""description": "Print hi"}"#] {
+        let input = json!({"command": command, "description": "Run a step"}).to_string();
+        let (a, b) = input.split_at(input.len() / 2);
+        for part in [a, b] {
             s.event(
                 json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":part}}),
             )?;

@@ -1,0 +1,185 @@
+//! The live channel with the real Claude Code CLI, offline against the model stand-in (which records
+//! every request): a steer written while a tool runs is in the same turn's next model request; a steer
+//! with `interrupt: true` starts a new turn in the same process; `/interrupt` ends the turn with the
+//! session whole, and a later steer resumes it. `.ci/run` installs the pinned CLI; elsewhere these
+//! tests say `SKIPPED` and pass.
+
+mod common;
+
+use common::real::RealEnv;
+use common::standin::StandIn;
+use common::*;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+
+struct Live {
+    b: Bench,
+    s: StandIn,
+    env: RealEnv,
+}
+
+impl Live {
+    fn new() -> Option<Live> {
+        let b = Bench::new();
+        let s = StandIn::start();
+        let env = RealEnv::new(b.dir.path(), &s)?;
+        Some(Live { b, s, env })
+    }
+    fn start(&self, prompt: &str) -> Proc {
+        let plan = json!({"v":"plan/v1","slug":"live","tasks":[{"id":"A","wave":1,"adapter":"claude","live":true,
+            "prompt":prompt}]})
+        .to_string();
+        self.b.start_supervised_with(&plan, "success", &[], &self.env.vars())
+    }
+    fn log(&self) -> Vec<Value> {
+        let p = self.b.repo().join("runstate/live.logs/A.log");
+        std::fs::read_to_string(p).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+    fn post(&self, api: &ApiProc, path: &str, body: &Value) -> Resp {
+        http(api.port, "POST", path, &[("Content-Type", "application/json")], Some(body.to_string().as_bytes()))
+    }
+    /// Waits until the first tool call of the turn is in the log (the tool is running).
+    fn wait_first_tool(&self) {
+        wait_for(T, || {
+            self.log()
+                .iter()
+                .any(|l| l["type"] == "assistant" && l["message"]["content"].to_string().contains("TOOL1-DONE"))
+                .then_some(())
+        })
+        .unwrap_or_else(|| panic!("no tool call in the log: {}", self.b.supervisor_log()));
+    }
+    fn results(&self) -> usize {
+        self.log().iter().filter(|l| l["type"] == "result").count()
+    }
+    fn steer_outcomes(&self, id: &str) -> Vec<String> {
+        self.b
+            .controls("steer")
+            .iter()
+            .filter(|c| c["id"] == id)
+            .map(|c| c["outcome"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+#[test]
+fn a_steer_during_a_tool_reaches_the_same_turns_next_request() {
+    let Some(l) = Live::new() else { return };
+    let mut sup = l.start("Run two slow steps. [anthropic:twotools:2500]");
+    let api = ApiProc::start(&l.b.home(), &[]);
+    let run = l.b.run_id();
+    l.wait_first_tool();
+    let r = l.post(
+        &api,
+        &format!("/runs/{run}/tasks/A/steer"),
+        &json!({"msg":"operator note: mention bananas","by":"tester"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["delivery"], "live", "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(sup.wait_exit(T), 0, "{}", l.b.supervisor_log());
+    l.b.wait_state("A", "committed", T);
+    // The request that carried the first tool's result carried the message too: the same turn.
+    let reqs = l.s.requests_to("/v1/messages");
+    let next = reqs
+        .iter()
+        .find(|q| q.body["messages"].to_string().contains("TOOL1-DONE"))
+        .expect("a request with the first tool's result");
+    let body = next.body["messages"].to_string();
+    assert!(body.contains("operator note: mention bananas"), "{body}");
+    assert!(!body.contains("TOOL2-DONE"), "the message must arrive before the second tool: {body}");
+    assert_eq!(l.results(), 1, "one turn");
+    assert_eq!(l.steer_outcomes(&id), ["queued", "delivered", "taken"]);
+    // One dispatch: the message did not need a resume.
+    let leased = l.b.journal().iter().filter(|r| r["kind"] == "task" && r["state"] == "leased").count();
+    assert_eq!(leased, 1);
+    // The stream shows the message where claude took it: an `input` event with the steer's id, after
+    // the first tool's result and before the second tool's call.
+    let events: Vec<Value> = api
+        .get(&format!("/runs/{run}/tasks/A/events?limit=5000"))
+        .text()
+        .lines()
+        .map(|x| serde_json::from_str(x).unwrap())
+        .collect();
+    let at = |f: &dyn Fn(&Value) -> bool| events.iter().position(f).expect("event");
+    let input = at(&|e| e["type"] == "input" && e["data"]["id"] == id.as_str());
+    assert_eq!(events[input]["data"]["text"], "operator note: mention bananas");
+    let first_result =
+        at(&|e| e["type"] == "tool_result" && e["data"]["output"].as_str().unwrap_or("").contains("TOOL1"));
+    let second_call = at(&|e| e["type"] == "tool_call" && e["data"]["args"].to_string().contains("TOOL2"));
+    assert!(first_result < input && input < second_call, "{first_result} {input} {second_call}");
+    // The task's view lists the steer and where it stands.
+    let task = api.get(&format!("/runs/{run}/tasks/A")).json();
+    let steers = task["steers"].as_array().unwrap();
+    assert_eq!(steers.len(), 1, "{task}");
+    assert_eq!((steers[0]["id"].as_str(), steers[0]["state"].as_str()), (Some(id.as_str()), Some("taken")));
+}
+
+#[test]
+fn interrupt_true_starts_a_new_turn_in_the_same_process() {
+    let Some(l) = Live::new() else { return };
+    let mut sup = l.start("Run two slow steps. [anthropic:twotools:4000]");
+    let api = ApiProc::start(&l.b.home(), &[]);
+    let run = l.b.run_id();
+    l.wait_first_tool();
+    let r =
+        l.post(&api, &format!("/runs/{run}/tasks/A/steer"), &json!({"msg":"stop that; just say hi","interrupt":true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["delivery"], "live");
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(sup.wait_exit(T), 0, "{}", l.b.supervisor_log());
+    // Two turns (the cut one and the message's), one process: one dispatch, one exit marker.
+    assert_eq!(l.results(), 2, "{:?}", l.log().iter().filter(|x| x["type"] == "result").collect::<Vec<_>>());
+    let markers = l.log().iter().filter(|x| x["harness"] == "exit").count();
+    assert_eq!(markers, 1, "one wrapper process");
+    let leased = l.b.journal().iter().filter(|r| r["kind"] == "task" && r["state"] == "leased").count();
+    assert_eq!(leased, 1);
+    assert_eq!(l.steer_outcomes(&id), ["queued", "delivered", "taken"]);
+    // The first turn ended cut (`aborted_tools`, after its running tool finished); the next turn's
+    // first request carries the message.
+    let results: Vec<Value> = l.log().into_iter().filter(|x| x["type"] == "result").collect();
+    assert_eq!(results[0]["terminal_reason"], "aborted_tools", "{:?}", results[0]);
+    assert!(
+        l.s.requests_to("/v1/messages")
+            .iter()
+            .any(|q| q.body["messages"].to_string().contains("stop that; just say hi")),
+        "the message reached the model"
+    );
+}
+
+#[test]
+fn interrupt_ends_the_turn_with_the_session_whole_and_a_steer_resumes_it() {
+    let Some(l) = Live::new() else { return };
+    let mut sup = l.start("Run two slow steps. [anthropic:twotools:4000] first-prompt-marker");
+    let api = ApiProc::start(&l.b.home(), &[]);
+    let run = l.b.run_id();
+    l.wait_first_tool();
+    let r = l.post(&api, &format!("/runs/{run}/tasks/A/interrupt"), &json!({"by":"tester"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    l.b.wait_state("A", "halted", T);
+    let halted = l.b.journal().into_iter().rfind(|r| r["kind"] == "task" && r["state"] == "halted").unwrap();
+    assert_eq!(halted["detail"], "interrupted by tester", "{halted}");
+    let session = halted["session_id"].as_str().expect("the session is kept").to_string();
+    // Not running any more: interrupt is refused (409, on the record).
+    let r = l.post(&api, &format!("/runs/{run}/tasks/A/interrupt"), &json!({}));
+    assert_eq!(r.status, 409, "{}", r.text());
+    // A steer resumes the same session: the model sees the earlier turn.
+    let r = l.post(&api, &format!("/runs/{run}/tasks/A/steer"), &json!({"msg":"now just say hi. resume-marker"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["delivery"], "resume");
+    assert_eq!(sup.wait_exit(T), 0, "{}", l.b.supervisor_log());
+    l.b.wait_state("A", "committed", T);
+    let resumed =
+        l.s.requests_to("/v1/messages")
+            .into_iter()
+            .find(|q| q.body["messages"].to_string().contains("resume-marker"))
+            .expect("the resumed turn's request");
+    assert!(resumed.body["messages"].to_string().contains("first-prompt-marker"), "the earlier turn is in the session");
+    let inits: Vec<Value> = l.log().into_iter().filter(|x| x["type"] == "system" && x["subtype"] == "init").collect();
+    assert!(inits.iter().all(|i| i["session_id"] == session.as_str()), "{inits:?}");
+    let interrupts = l.b.controls("interrupt");
+    let outcomes: Vec<&str> = interrupts.iter().map(|c| c["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["accepted", "refused"]);
+}
