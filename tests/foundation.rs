@@ -379,8 +379,9 @@ fn api_serves_over_a_unix_socket_too() {
     install_fixture_runs(home.path());
     let sock = home.path().join("api.sock");
     let _api = ApiProc::start(home.path(), &["--unix", sock.to_str().unwrap()]);
-    assert!(wait_for(Duration::from_secs(5), || sock.exists().then_some(())).is_some());
-    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    // The file appears at bind(), before listen(): wait for a connection, not for the file.
+    let mut s = wait_for(Duration::from_secs(5), || std::os::unix::net::UnixStream::connect(&sock).ok())
+        .expect("the API's Unix socket accepts");
     use std::io::{Read, Write};
     s.write_all(b"GET /runs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
     let mut buf = Vec::new();

@@ -183,3 +183,34 @@ fn interrupt_ends_the_turn_with_the_session_whole_and_a_steer_resumes_it() {
     let outcomes: Vec<&str> = interrupts.iter().map(|c| c["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["accepted", "refused"]);
 }
+
+#[test]
+fn kill_of_a_live_task_leaves_no_process_and_no_channel() {
+    let Some(l) = Live::new() else { return };
+    let mut sup = l.start("Run two slow steps. [anthropic:twotools:6000]");
+    let api = ApiProc::start(&l.b.home(), &[]);
+    let run = l.b.run_id();
+    l.wait_first_tool();
+    let pgid = control(&l.b.sock(), &json!({"verb":"status"}))["tasks"]["A"]["pgid"].as_i64().unwrap() as i32;
+    let r = l.post(&api, &format!("/runs/{run}/tasks/A/kill"), &json!({"by":"tester"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["state"], "halted");
+    assert!(
+        !harness::supervisor::kill::group_alive(pgid),
+        "left: {:?}",
+        harness::supervisor::kill::group_members(pgid)
+    );
+    let home = format!("HOME={}", l.env.home.display());
+    let exe = bin().canonicalize().unwrap();
+    let left: Vec<u32> = processes_with_env(&home)
+        .into_iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).map_or(true, |e| e != exe))
+        .collect();
+    assert_eq!(left, Vec::<u32>::new(), "claude processes left after the kill");
+    assert!(!l.b.repo().join("runstate/live.live/A.in").exists(), "the channel's FIFO is removed");
+    assert_eq!(l.b.view()["tasks"]["A"]["detail"], "killed by tester");
+    // The interrupt verb has nothing to interrupt now.
+    assert_eq!(l.post(&api, &format!("/runs/{run}/tasks/A/interrupt"), &json!({})).status, 409);
+    control(&l.b.sock(), &json!({"verb":"stop"}));
+    sup.wait_exit(T);
+}

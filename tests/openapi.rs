@@ -115,10 +115,11 @@ fn every_route_answers_as_openapi_yaml_says() {
 
     // Live routes over a supervised run.
     let b = Bench::new();
-    let plan = r#"{"v":"plan/v1","slug":"oa","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"R","wave":1,"adapter":"codex","prompt":"y"}]}"#;
+    let plan = r#"{"v":"plan/v1","slug":"oa","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"R","wave":1,"adapter":"codex","prompt":"y"},
+        {"id":"L","wave":1,"adapter":"claude","prompt":"z","live":true}]}"#;
     let _sup = b.start_supervised(plan, "hang", &[]);
     wait_for(Duration::from_secs(30), || {
-        (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 2)
+        (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 3)
             .then_some(())
     })
     .expect("live run");
@@ -136,6 +137,9 @@ fn every_route_answers_as_openapi_yaml_says() {
         ("/runs/{runId}/tasks/{tid}/steer", format!("/runs/{run}/tasks/Q/steer"), r#"{"msg":"go"}"#),
         ("/runs/{runId}/tasks/{tid}/kill", format!("/runs/{run}/tasks/R/kill"), "{}"),
         ("/runs/{runId}/tasks/{tid}/kill", format!("/runs/{run}/tasks/R/kill"), "{}"),
+        // A live task's turn (the fake engine hangs on it) is interrupted; a batch task refuses.
+        ("/runs/{runId}/tasks/{tid}/interrupt", format!("/runs/{run}/tasks/L/interrupt"), r#"{"by":"spec"}"#),
+        ("/runs/{runId}/tasks/{tid}/interrupt", format!("/runs/{run}/tasks/A/interrupt"), "{}"),
     ];
     for (t, p, body) in &posts {
         let (h, bytes) = j(body);

@@ -294,10 +294,12 @@ pub fn processes_with_env(needle: &str) -> Vec<u32> {
     out
 }
 
-/// The JSON lines of a file (none when it does not exist); panics on a line that is not JSON.
+/// The complete JSON lines of a file (none when it does not exist); panics on a complete line that
+/// is not JSON. A last line without its newline is being written right now: it is left out.
 pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
+    complete
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {l}", path.display())))
         .collect()
