@@ -199,6 +199,13 @@ fn narration(rec: &crate::journal::Record) -> String {
             c.outcome
         )
         .to_lowercase(),
+        Body::Approval(a) => format!(
+            "{t}  {:<6} approval {} {}{}",
+            a.task.as_str(),
+            a.tool.as_deref().unwrap_or(""),
+            crate::journal::approval_state_str(a.state),
+            a.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
+        ),
     }
 }
 

@@ -144,6 +144,13 @@ pub enum Data<'a> {
         id: Option<Cow<'a, str>>,
         text: Cow<'a, str>,
     },
+    /// A tool call asked of the operator on the live channel (claude's `can_use_tool`), at the line
+    /// where claude asked; `id` is the approval's id, `state` is `pending` (added with approvals).
+    Approval {
+        id: Option<Cow<'a, str>>,
+        tool: Cow<'a, str>,
+        args: Json<'a>,
+    },
 }
 
 impl Data<'_> {
@@ -157,6 +164,7 @@ impl Data<'_> {
             Data::Error { .. } => "error",
             Data::Exit { .. } => "exit",
             Data::Input { .. } => "input",
+            Data::Approval { .. } => "approval",
         }
     }
 
@@ -238,6 +246,12 @@ impl Serialize for Data<'_> {
             Data::Input { id, text } => {
                 f.opt("id", id)?;
                 f.0.serialize_entry("text", text)?;
+            }
+            Data::Approval { id, tool, args } => {
+                f.opt("id", id)?;
+                f.0.serialize_entry("tool", tool)?;
+                f.0.serialize_entry("args", args)?;
+                f.0.serialize_entry("state", "pending")?;
             }
         }
         m.end()
@@ -433,6 +447,17 @@ fn write_data(d: &Data, out: &mut Vec<u8>) {
             opt_str(out, f, b"id", id);
             key_of(out, f, b"text");
             str_val(out, text);
+        }
+        Data::Approval { id, tool, args } => {
+            opt_str(out, f, b"id", id);
+            key_of(out, f, b"tool");
+            str_val(out, tool);
+            key_of(out, f, b"args");
+            match args {
+                Json::Raw(r) => out.extend_from_slice(r.get().as_bytes()),
+                other => serde_json::to_writer(&mut *out, other).expect("args serialize"),
+            }
+            out.extend_from_slice(b",\"state\":\"pending\"");
         }
     }
     out.push(b'}');

@@ -4,6 +4,7 @@
 
 pub mod adapter;
 pub mod api;
+pub mod approval_mcp;
 pub mod audit;
 pub mod cli;
 pub mod client;
@@ -25,6 +26,7 @@ pub mod peer;
 pub mod plan;
 pub mod registry;
 pub mod render;
+pub mod rules;
 pub mod runner;
 pub mod service;
 pub mod supervisor;

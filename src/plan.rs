@@ -30,6 +30,24 @@ pub struct Task {
     /// interrupt without killing). Absent: the plan's `live`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<bool>,
+    /// claude only: tool calls outside `allowed_tools` are asked of the operator (`ask`) or denied
+    /// (`deny`, the default). Absent: the plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Approvals>,
+    /// claude only: the tools the turn may use unasked, in claude's `--allowedTools` rule syntax.
+    /// Absent: the plan's, else the wrappers' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+/// What happens to a tool call the task's allowed tools do not cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approvals {
+    /// Asked of the operator (API, CLI), decided by a rule of `approve`, or denied at the timeout.
+    Ask,
+    /// Denied (claude's batch behaviour).
+    Deny,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +67,18 @@ pub struct Plan {
     /// Every claude task on the live channel unless it says `live: false` (other adapters ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<bool>,
+    /// The claude tasks' default `approvals`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<Approvals>,
+    /// The claude tasks' default `allowed_tools`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// How long an asked tool call waits for a decision before it is denied (seconds; default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout: Option<u64>,
+    /// Rules (claude's syntax, e.g. `Bash(npm test:*)`) that allow an asked call without asking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve: Option<Vec<String>>,
     pub tasks: Vec<Task>,
 }
 
@@ -72,8 +102,68 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 8] = ["v", "slug", "base_branch", "max_parallel", "isolation", "setup", "live", "tasks"];
-const TASK_FIELDS: [&str; 8] = ["id", "wave", "adapter", "prompt", "gate", "review", "model", "live"];
+const TOP_FIELDS: [&str; 12] = [
+    "v",
+    "slug",
+    "base_branch",
+    "max_parallel",
+    "isolation",
+    "setup",
+    "live",
+    "approvals",
+    "allowed_tools",
+    "approval_timeout",
+    "approve",
+    "tasks",
+];
+const TASK_FIELDS: [&str; 10] =
+    ["id", "wave", "adapter", "prompt", "gate", "review", "model", "live", "approvals", "allowed_tools"];
+
+/// The default wait for an operator's decision on an asked tool call.
+pub const APPROVAL_TIMEOUT_DEFAULT: u64 = 600;
+
+/// `approvals`: "ask" or "deny".
+fn parse_approvals(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<Approvals> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "ask" => Some(Approvals::Ask),
+        Some(Value::String(s)) if s == "deny" => Some(Approvals::Deny),
+        Some(v) => {
+            errs.push(format!("{label}approvals: expected \"ask\" or \"deny\", got {v}"));
+            None
+        }
+    }
+}
+
+/// Rules in claude's syntax: one string (`"Read Bash(npm test:*)"`, split where claude splits it) or a
+/// list of rules.
+fn parse_rules(field: &str, v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<Vec<String>> {
+    let bad = |errs: &mut Vec<String>, why: String| {
+        errs.push(format!("{label}{field}: {why}"));
+        None
+    };
+    let rules = match v {
+        None | Some(Value::Null) => return None,
+        Some(Value::String(s)) => crate::rules::split(s),
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for x in a {
+                match x.as_str() {
+                    Some(s) => out.push(s.trim().to_string()),
+                    None => return bad(errs, format!("each rule must be a string, got {x}")),
+                }
+            }
+            out
+        }
+        Some(v) => return bad(errs, format!("a string of rules or a list of rules, got {v}")),
+    };
+    for r in &rules {
+        if let Err(e) = crate::rules::Rule::parse(r) {
+            return bad(errs, e);
+        }
+    }
+    Some(rules)
+}
 
 impl Plan {
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
@@ -155,6 +245,24 @@ impl Plan {
                 None
             }
         };
+        let approvals = parse_approvals(obj.get("approvals"), "", &mut errs);
+        let allowed_tools = parse_rules("allowed_tools", obj.get("allowed_tools"), "", &mut errs);
+        let approve = parse_rules("approve", obj.get("approve"), "", &mut errs);
+        let approval_timeout = match obj.get("approval_timeout") {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) => n.as_u64(),
+            Some(Value::String(s)) => match humantime::parse_duration(s) {
+                Ok(d) if (1..=86_400).contains(&d.as_secs()) => Some(d.as_secs()),
+                _ => {
+                    errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {s:?}"));
+                    None
+                }
+            },
+            Some(v) => {
+                errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {v}"));
+                None
+            }
+        };
         let mut tasks = Vec::new();
         // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
         let mut waves_seen = HashSet::new();
@@ -184,9 +292,20 @@ impl Plan {
             }
         }
         match (errs.is_empty(), slug) {
-            (true, Some(slug)) => {
-                Ok(Plan { v: VERSION.into(), slug, base_branch, max_parallel, isolation, setup, live, tasks })
-            }
+            (true, Some(slug)) => Ok(Plan {
+                v: VERSION.into(),
+                slug,
+                base_branch,
+                max_parallel,
+                isolation,
+                setup,
+                live,
+                approvals,
+                allowed_tools,
+                approval_timeout,
+                approve,
+                tasks,
+            }),
             _ => Err(PlanError::Invalid(errs)),
         }
     }
@@ -218,6 +337,26 @@ impl Plan {
     /// tasks only.
     pub fn is_live(&self, task: &Task) -> bool {
         task.adapter == Adapter::Claude && task.live.or(self.live).unwrap_or(false)
+    }
+
+    /// Whether `task`'s tool calls outside its allowed tools are asked of the operator.
+    pub fn asks(&self, task: &Task) -> bool {
+        task.adapter == Adapter::Claude && task.approvals.or(self.approvals) == Some(Approvals::Ask)
+    }
+
+    /// `task`'s allowed tools (claude rules), when the plan says; else the wrappers' default applies.
+    pub fn allowed_tools<'a>(&'a self, task: &'a Task) -> Option<&'a [String]> {
+        task.allowed_tools.as_deref().or(self.allowed_tools.as_deref())
+    }
+
+    /// How long an asked call waits for a decision.
+    pub fn approval_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.approval_timeout.unwrap_or(APPROVAL_TIMEOUT_DEFAULT))
+    }
+
+    /// The rules that allow an asked call without asking.
+    pub fn approve_rules(&self) -> &[String] {
+        self.approve.as_deref().unwrap_or(&[])
     }
 }
 
@@ -299,10 +438,31 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
             "{label}: live: the live channel is claude's (adapter {a} has no input while a turn runs; steer resumes it)"
         ));
     }
+    let field = format!("{label}: ");
+    let approvals = parse_approvals(o.get("approvals"), &field, errs);
+    let allowed_tools = parse_rules("allowed_tools", o.get("allowed_tools"), &field, errs);
+    if let Some(a) = adapter.filter(|a| *a != Adapter::Claude) {
+        for (name, set) in [("approvals", approvals.is_some()), ("allowed_tools", allowed_tools.is_some())] {
+            if set {
+                errs.push(format!("{label}: {name}: claude's tool permissions do not apply to adapter {a}"));
+            }
+        }
+    }
     if errs.len() > before {
         return None;
     }
-    Some(Task { id: id?, wave: wave?, adapter: adapter?, prompt: prompt?, gate, review, model, live })
+    Some(Task {
+        id: id?,
+        wave: wave?,
+        adapter: adapter?,
+        prompt: prompt?,
+        gate,
+        review,
+        model,
+        live,
+        approvals,
+        allowed_tools,
+    })
 }
 
 #[cfg(test)]

@@ -116,7 +116,7 @@ fn every_route_answers_as_openapi_yaml_says() {
     // Live routes over a supervised run.
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"oa","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},{"id":"R","wave":1,"adapter":"codex","prompt":"y"},
-        {"id":"L","wave":1,"adapter":"claude","prompt":"z","live":true}]}"#;
+        {"id":"L","wave":1,"adapter":"claude","prompt":"z","live":true,"approvals":"ask"}]}"#;
     let _sup = b.start_supervised(plan, "hang", &[]);
     wait_for(Duration::from_secs(30), || {
         (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 3)
@@ -146,6 +146,31 @@ fn every_route_answers_as_openapi_yaml_says() {
         let r = http(api.port, "POST", p, &h, Some(&bytes));
         spec.check("POST", t, &r);
     }
+    // Approvals: an ask of L's running turn (as the MCP permission tool makes it), listed, decided.
+    let sock = b.sock();
+    let asker = std::thread::spawn(move || {
+        control(&sock, &serde_json::json!({"verb":"ask","task":"L","tool":"Bash","input":{"command":"make"}}))
+    });
+    let pending = wait_for(Duration::from_secs(10), || {
+        let r = api.get(&format!("/runs/{run}/approvals?state=pending"));
+        r.json()["approvals"].as_array().and_then(|a| a.first().cloned()).map(|a| (r, a))
+    });
+    let (r, a) = pending.expect("a pending approval");
+    spec.check("GET", "/runs/{runId}/approvals", &r);
+    let aid = a["id"].as_str().unwrap().to_string();
+    for (body, state) in
+        [(r#"{"decision":"deny","message":"not now","by":"spec"}"#, 200), (r#"{"decision":"allow"}"#, 409)]
+    {
+        let (h, bytes) = j(body);
+        let r = http(api.port, "POST", &format!("/runs/{run}/tasks/L/approvals/{aid}"), &h, Some(&bytes));
+        assert_eq!(r.status, state, "{}", r.text());
+        spec.check("POST", "/runs/{runId}/tasks/{tid}/approvals/{aid}", &r);
+    }
+    let answered = asker.join().unwrap();
+    assert_eq!(answered["decision"], serde_json::json!({"behavior":"deny","message":"not now"}));
+    let r = api.get(&format!("/runs/{run}/approvals?state=bogus"));
+    assert_eq!(r.status, 400);
+    spec.check("GET", "/runs/{runId}/approvals", &r);
     let r =
         http(api.port, "POST", &format!("/runs/{run}/tasks/A/steer"), &[("Content-Type", "text/plain")], Some(b"x"));
     spec.check("POST", "/runs/{runId}/tasks/{tid}/steer", &r);

@@ -43,9 +43,27 @@ fn the_specs_examples_round_trip_byte_for_byte() {
             Reply::Done(Answer::Pause { .. }) => "pause",
             Reply::Done(Answer::Stop { .. }) => "stop",
             Reply::Done(Answer::Interrupt { .. }) => "interrupt",
+            Reply::Done(Answer::Ask { .. }) => "ask",
+            Reply::Done(Answer::Decide { .. }) => "decide",
         })
         .collect();
-    assert_eq!(kinds, ["status", "kill", "kill", "steer", "steer", "interrupt", "pause", "stop", "refused", "refused"]);
+    assert_eq!(
+        kinds,
+        [
+            "status",
+            "kill",
+            "kill",
+            "steer",
+            "steer",
+            "interrupt",
+            "ask",
+            "decide",
+            "pause",
+            "stop",
+            "refused",
+            "refused"
+        ]
+    );
 }
 
 #[test]

@@ -34,12 +34,17 @@ fi
 printf '%s: claude session %s\n' "$WRAPPER_NAME" "$SESSION_ID" >&2
 
 # Permissions: headless turns cannot answer prompts. Edits are accepted and the listed tools allowed
-# (HARNESS_CLAUDE_ALLOWED_TOOLS). HARNESS_CLAUDE_SKIP_PERMISSIONS=1 opts into
+# (HARNESS_CLAUDE_ALLOWED_TOOLS); a task whose plan asks (approvals: "ask") runs in claude's default
+# mode (HARNESS_CLAUDE_PERMISSION_MODE=default), so only the listed tools run unasked. HARNESS_CLAUDE_SKIP_PERMISSIONS=1 opts into
 # --dangerously-skip-permissions instead (claude refuses it as root unless IS_SANDBOX=1).
 if [ "${HARNESS_CLAUDE_SKIP_PERMISSIONS:-0}" = 1 ]; then
   perm_flags=(--dangerously-skip-permissions)
 else
-  perm_flags=(--permission-mode acceptEdits --allowedTools "${HARNESS_CLAUDE_ALLOWED_TOOLS:-Bash Edit Write Read Glob Grep MultiEdit}")
+  perm_flags=(--permission-mode "${HARNESS_CLAUDE_PERMISSION_MODE:-acceptEdits}" --allowedTools "${HARNESS_CLAUDE_ALLOWED_TOOLS:-Bash Edit Write Read Glob Grep MultiEdit}")
+fi
+# Approvals of a batch turn (plan approvals: "ask"): the supervisor's MCP permission tool answers.
+if [ -n "${HARNESS_CLAUDE_PERMISSION_MCP:-}" ] && [ "$INTERACTIVE" = 0 ]; then
+  perm_flags+=(--mcp-config "$HARNESS_CLAUDE_PERMISSION_MCP" --permission-prompt-tool mcp__harness__approve)
 fi
 model_flags=()
 [ -n "$MODEL" ] && model_flags=(--model "$MODEL")

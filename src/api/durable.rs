@@ -320,6 +320,20 @@ impl Durable {
     }
 
     /// `GET /runs/:runId/tasks/:tid`: binding, journal state, session, liveness (pid/runtime/idle), log.
+    /// `GET /runs/:runId/approvals`: every asked tool call of the run (oldest first), or those in
+    /// `state` only.
+    pub fn approvals(&self, run: &RunId, state: Option<&str>) -> Result<Value, DurableError> {
+        let files = self.load(run)?;
+        let mut list: Vec<&crate::journal::ApprovalView> = files
+            .view
+            .approvals
+            .values()
+            .filter(|a| state.is_none_or(|s| crate::journal::approval_state_str(a.state) == s))
+            .collect();
+        list.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
+        Ok(json!({"runId": run, "approvals": list}))
+    }
+
     pub fn task_detail(&self, run: &RunId, task: &TaskId) -> Result<Value, DurableError> {
         let files = self.load(run)?;
         let planned = files.plan.as_ref().and_then(|p| p.task(task));

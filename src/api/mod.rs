@@ -291,6 +291,22 @@ async fn dispatch(
         Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req, peer).await,
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req, peer).await,
         Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Verb::Interrupt, req, peer).await,
+        Route::Approvals(run) => {
+            let q = req.uri().query().map(str::to_string);
+            let state = stream::query_param(q.as_deref(), "state")?;
+            if let Some(s) = state.as_deref()
+                && !["pending", "allowed", "denied", "expired"].contains(&s)
+            {
+                return Err(error_response(
+                    StatusCode::BAD_REQUEST,
+                    format!("state must be pending, allowed, denied or expired, got {s:?}"),
+                ));
+            }
+            let a = api.clone();
+            let v = blocking(move || a.durable.approvals(&run, state.as_deref())).await?.map_err(durable_error)?;
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        Route::Decide(run, task, id) => verbs::decide(api, run, task, id, req, peer).await,
         Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req, peer).await,
         Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req, peer).await,
     }

@@ -15,6 +15,10 @@ pub enum Route {
     Steer(RunId, TaskId),
     Kill(RunId, TaskId),
     Interrupt(RunId, TaskId),
+    /// The run's asked tool calls (added with approvals).
+    Approvals(RunId),
+    /// The operator's decision on one (added with approvals).
+    Decide(RunId, TaskId, String),
     Pause(RunId),
     Resume(RunId),
 }
@@ -23,7 +27,13 @@ impl Route {
     /// The HTTP methods the route answers (for 405 and `Allow`).
     pub fn methods(&self) -> &'static [&'static str] {
         match self {
-            Route::Runs | Route::Run(_) | Route::Task(..) | Route::Stream(..) | Route::Events(..) => &["GET"],
+            Route::Runs
+            | Route::Run(_)
+            | Route::Task(..)
+            | Route::Stream(..)
+            | Route::Events(..)
+            | Route::Approvals(_) => &["GET"],
+            Route::Decide(..) => &["POST"],
             Route::Steer(..) | Route::Kill(..) | Route::Interrupt(..) | Route::Pause(_) | Route::Resume(_) => &["POST"],
         }
     }
@@ -87,6 +97,8 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs", r, "tasks", t, "steer"] => Route::Steer(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "kill"] => Route::Kill(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "interrupt"] => Route::Interrupt(run(r)?, task(t)?),
+        ["runs", r, "approvals"] => Route::Approvals(run(r)?),
+        ["runs", r, "tasks", t, "approvals", a] => Route::Decide(run(r)?, task(t)?, approval_id(&decode(a)?)?),
         // A segment that is not a valid id where an id belongs is a 400 even on a longer path, so a
         // traversal attempt never reads as "merely not found".
         ["runs", r, ..] => {
@@ -98,6 +110,18 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         }
         _ => return Err(not_found()),
     })
+}
+
+/// An approval id: what claude or we minted (a uuid), `[A-Za-z0-9._:-]{1,128}`.
+fn approval_id(s: &str) -> Result<String, RouteError> {
+    let ok = !s.is_empty()
+        && s.len() <= 128
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(RouteError::BadSegment(format!("approval id {}: expected [A-Za-z0-9._:-]{{1,128}}", shorten(s))))
+    }
 }
 
 fn shorten(s: &str) -> String {

@@ -238,6 +238,106 @@ pub async fn verb(
     }
 }
 
+/// `POST /runs/:runId/tasks/:tid/approvals/:id {"decision":"allow"|"deny","message"?,"by"?}`: the
+/// operator's decision on an asked tool call, carried to the supervisor (which records it only while
+/// the approval is pending: 409 otherwise, 404 for an unknown id). Refusals found here are recorded
+/// like any verb's.
+pub async fn decide(
+    api: Arc<Api>,
+    run: RunId,
+    task: TaskId,
+    id: String,
+    req: hyper::Request<Incoming>,
+    peer: Option<u32>,
+) -> Result<Response<Body>, Response<Body>> {
+    let a = api.clone();
+    let r = run.clone();
+    let pointer = match super::blocking(move || a.durable.pointer(&r)).await? {
+        Ok(p) => p,
+        Err(e) => {
+            crate::audit::untied(peer, run.as_str(), "decide", &e.to_string());
+            return Err(super::durable_error(e));
+        }
+    };
+    let journal = pointer.journal_path();
+    let refused = |(status, detail): Refusal, by: Option<String>| {
+        let journal = journal.clone();
+        let task = task.clone();
+        async move {
+            let rec = crate::audit::record(
+                Verb::Other,
+                Some(task),
+                None,
+                &by.unwrap_or_else(|| "api".into()),
+                &format!("decide: {detail} ({})", status.as_u16()),
+            );
+            match super::blocking(move || crate::audit::refused(&journal, rec)).await {
+                Ok(Ok(())) => error_response(status, detail),
+                Ok(Err(e)) => error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("{detail}; and this refusal could not be journaled: {e}"),
+                ),
+                Err(r) => r,
+            }
+        }
+    };
+    let body = match json_body(req, &["decision", "message", "by"]).await {
+        Ok(b) => b,
+        Err(r) => return Err(refused(r, None).await),
+    };
+    let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::journal::clip_by);
+    let by = match field_str(&body, "by") {
+        Ok(b) => b.unwrap_or_else(|| "api".into()),
+        Err(r) => return Err(refused(r, raw_by).await),
+    };
+    if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
+        return Err(refused(bad("field by must be 1 to 64 characters"), None).await);
+    }
+    let allow = match field_str(&body, "decision") {
+        Ok(Some(d)) if d == "allow" => true,
+        Ok(Some(d)) if d == "deny" => false,
+        Ok(_) => return Err(refused(bad("field decision is required: \"allow\" or \"deny\""), Some(by)).await),
+        Err(r) => return Err(refused(r, Some(by)).await),
+    };
+    let message = match field_str(&body, "message") {
+        Ok(m) => m.filter(|m| !m.trim().is_empty()),
+        Err(r) => return Err(refused(r, Some(by)).await),
+    };
+    if message.as_ref().is_some_and(|m| m.len() > crate::journal::MAX_MSG) {
+        return Err(refused(bad("field message is longer than 64 KiB"), Some(by)).await);
+    }
+    if pointer.plane == Plane::Dynwf {
+        let detail = format!("run {run} is a DynWF run: its tool calls are not asked of harness");
+        return Err(refused((StatusCode::CONFLICT, detail), Some(by)).await);
+    }
+    tracing::info!(RUN_ID = %run, TASK = task.as_str(), VERB = "decide", APPROVAL = %id, by = %by, "decision");
+    let sock = api.durable.home.socket_path(&run);
+    let request = Request::Decide { task: task.clone(), id, allow, message, by: Some(by.clone()) };
+    let reply = match control::request(&sock, &request, timeouts::VERB_ANSWER).await {
+        Ok(reply) => reply,
+        Err(control::ClientError::NoAnswer { after, .. }) => {
+            return Err(error_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "no answer from the supervisor within {} s; it may have acted — see GET /runs/{run}/approvals",
+                    after.as_secs()
+                ),
+            ));
+        }
+        Err(e @ control::ClientError::Connect { .. }) => {
+            let detail = format!("run not supervised / not live: {e}; its approvals expired with its supervisor");
+            return Err(refused((StatusCode::CONFLICT, detail), Some(by)).await);
+        }
+        Err(e) => return Err(error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}"))),
+    };
+    match reply {
+        Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
+        Reply::Refused(r) => {
+            Err(error_response(StatusCode::from_u16(r.status).unwrap_or(StatusCode::CONFLICT), r.detail))
+        }
+    }
+}
+
 /// An inbox refusal as its HTTP answer.
 fn inbox_error(e: crate::inbox::InboxError) -> Response<Body> {
     use crate::inbox::InboxError;

@@ -227,6 +227,48 @@ enum Cmd {
     /// The DynWF inbox of a run (DynWF runs have no supervisor socket).
     #[command(subcommand)]
     Inbox(InboxCmd),
+    /// A run's tool calls asked of the operator (plan approvals: "ask"), pending ones unless --all.
+    Approvals {
+        run: String,
+        /// Every approval, decided and expired ones too.
+        #[arg(long)]
+        all: bool,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Allow an asked tool call.
+    Approve {
+        run: String,
+        task: String,
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Deny an asked tool call; the model reads the message.
+    Deny {
+        run: String,
+        task: String,
+        id: String,
+        /// What the model is told (default: "Denied by cli.").
+        #[arg(long)]
+        message: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// The MCP permission tool a batch claude turn asks through (started by claude; not for people).
+    #[command(hide = true)]
+    ApprovalMcp {
+        #[arg(long)]
+        socket: std::path::PathBuf,
+        #[arg(long)]
+        task: String,
+        /// Seconds to wait for a decision.
+        #[arg(long, default_value_t = 660)]
+        wait: u64,
+    },
     /// Normalize an engine's raw stream (stdin) into events/v1 JSON lines (stdout).
     NormalizeEvents {
         /// claude, cursor or codex.
@@ -453,6 +495,14 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             start::normalize_events(adapter, &run, &task, session.as_deref(), first_line, observed_ts.as_deref())
         }
         Cmd::Plan(PlanCmd::Check { plan }) => local::plan_check(&plan),
+        Cmd::Approvals { run, all, json, api } => remote::approvals(&api.client()?, &run, all, json),
+        Cmd::Approve { run, task, id, api } => remote::decide(&api.client()?, &run, &task, &id, true, None),
+        Cmd::Deny { run, task, id, message, api } => remote::decide(&api.client()?, &run, &task, &id, false, message),
+        Cmd::ApprovalMcp { socket, task, wait } => {
+            let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
+            crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))
+                .map_err(|e| CliError::Failed(format!("approval-mcp: {e}")))
+        }
     }
 }
 

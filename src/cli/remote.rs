@@ -240,3 +240,50 @@ pub(super) fn control_verb(run: &str, verb: SocketVerb) -> Result<(), CliError> 
         Reply::Refused(r) => Err(CliError::Failed(format!("{} refused by run {}: {}", req.verb(), p.run_id, r.detail))),
     }
 }
+
+/// `approvals`: the run's asked tool calls, one line each (pending ones unless `all`).
+pub(super) fn approvals(c: &Client, run: &str, all: bool, json: bool) -> Result<(), CliError> {
+    let run = RunId::parse(run).map_err(usage)?;
+    let path = if all { format!("/runs/{run}/approvals") } else { format!("/runs/{run}/approvals?state=pending") };
+    let (status, bytes) = client_rt()?.block_on(c.call("GET", &path, None))?;
+    let v = api_answer(status, &bytes)?;
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    let list = v["approvals"].as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        out(if all { "no approvals" } else { "no pending approvals" });
+    }
+    for a in list {
+        let input = a["input"].to_string();
+        let input: String = input.chars().take(100).collect();
+        let by = a["by"].as_str().map(|b| format!(" by {b}")).unwrap_or_default();
+        out(&format!(
+            "{}  {:<8} {:<9}{by}  {} {input}",
+            a["id"].as_str().unwrap_or("?"),
+            a["task"].as_str().unwrap_or("?"),
+            a["state"].as_str().unwrap_or("?"),
+            a["tool"].as_str().unwrap_or("?"),
+        ));
+    }
+    Ok(())
+}
+
+/// `approve` / `deny`: the decision on one asked call.
+pub(super) fn decide(
+    c: &Client,
+    run: &str,
+    task: &str,
+    id: &str,
+    allow: bool,
+    message: Option<String>,
+) -> Result<(), CliError> {
+    let run = RunId::parse(run).map_err(usage)?;
+    let task = TaskId::parse(task).map_err(usage)?;
+    let mut body = serde_json::json!({"decision": if allow { "allow" } else { "deny" }, "by": "cli"});
+    if let Some(m) = message {
+        body["message"] = serde_json::json!(m);
+    }
+    post(c, &format!("/runs/{run}/tasks/{task}/approvals/{id}"), body)
+}

@@ -34,6 +34,24 @@ pub struct SteerView {
     pub updated: String,
 }
 
+/// One asked tool call and where it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    pub id: String,
+    pub task: TaskId,
+    pub tool: Option<String>,
+    pub input: Option<serde_json::Value>,
+    pub via: Option<String>,
+    pub state: super::ApprovalState,
+    pub by: Option<String>,
+    pub message: Option<String>,
+    pub detail: Option<String>,
+    /// When it was asked.
+    pub ts: String,
+    /// When it reached its state.
+    pub updated: String,
+}
+
 /// Last known facts of one task, folded from its records.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskView {
@@ -90,6 +108,8 @@ pub struct RunView {
     pub pending_steers: Vec<PendingSteer>,
     /// Every steer with an id, in the order it was first recorded.
     pub steers: Vec<SteerView>,
+    /// Every asked tool call, by id.
+    pub approvals: BTreeMap<String, ApprovalView>,
     /// Number of valid records folded.
     pub records: u64,
     /// Complete lines that did not parse (e.g. a torn line followed by later appends).
@@ -112,6 +132,7 @@ impl Default for RunView {
             tasks: BTreeMap::new(),
             pending_steers: Vec::new(),
             steers: Vec::new(),
+            approvals: BTreeMap::new(),
             records: 0,
             bad_lines: Vec::new(),
             torn_tail: None,
@@ -176,6 +197,36 @@ impl RunView {
                 }
                 if t.state == TaskState::Leased {
                     entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
+                }
+            }
+            Body::Approval(a) => {
+                let v = self.approvals.entry(a.id.clone()).or_insert_with(|| ApprovalView {
+                    id: a.id.clone(),
+                    task: a.task.clone(),
+                    tool: None,
+                    input: None,
+                    via: None,
+                    state: a.state,
+                    by: None,
+                    message: None,
+                    detail: None,
+                    ts: rec.ts.clone(),
+                    updated: rec.ts.clone(),
+                });
+                v.state = a.state;
+                v.updated = rec.ts.clone();
+                for (slot, new) in [(&mut v.tool, &a.tool), (&mut v.via, &a.via), (&mut v.by, &a.by)] {
+                    if new.is_some() {
+                        *slot = new.clone();
+                    }
+                }
+                for (slot, new) in [(&mut v.message, &a.message), (&mut v.detail, &a.detail)] {
+                    if new.is_some() {
+                        *slot = new.clone();
+                    }
+                }
+                if a.input.is_some() {
+                    v.input = a.input.clone();
                 }
             }
             Body::Control(c) => {

@@ -16,7 +16,9 @@ mod record;
 mod steer;
 
 pub use file::Journal;
-pub use fold::{BadLine, PendingSteer, RunStatus, RunView, SteerView, TaskView, parse_line, replay, replay_bytes};
+pub use fold::{
+    ApprovalView, BadLine, PendingSteer, RunStatus, RunView, SteerView, TaskView, parse_line, replay, replay_bytes,
+};
 pub use reconcile::{Reconciliation, reconcile};
 use record::validate_shape;
 pub use record::*;

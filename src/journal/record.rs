@@ -180,6 +180,53 @@ pub enum Body {
     Run(RunRecord),
     Task(TaskRecord),
     Control(ControlRecord),
+    /// A tool call asked of the operator, and what became of it (added with approvals).
+    Approval(ApprovalRecord),
+}
+
+/// Where an asked tool call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalState {
+    Pending,
+    Allowed,
+    Denied,
+    /// Its turn is gone (the supervisor restarted, the turn ended or was killed) before a decision.
+    Expired,
+}
+
+/// An approval state's wire name.
+pub fn approval_state_str(s: ApprovalState) -> &'static str {
+    match s {
+        ApprovalState::Pending => "pending",
+        ApprovalState::Allowed => "allowed",
+        ApprovalState::Denied => "denied",
+        ApprovalState::Expired => "expired",
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    pub id: String,
+    pub task: TaskId,
+    pub state: ApprovalState,
+    /// The tool asked for (on the first record of an approval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Its input, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    /// How claude asked: `live` (the live channel's `can_use_tool`) or `mcp` (the permission tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// Who decided: the operator's `by`, `policy`, `timeout`, `plan` (approvals off), `supervisor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// A deny's message (what the model reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -274,6 +321,11 @@ impl From<TaskRecord> for Record {
         Record::new(Body::Task(t))
     }
 }
+impl From<ApprovalRecord> for Record {
+    fn from(a: ApprovalRecord) -> Record {
+        Record::new(Body::Approval(a))
+    }
+}
 impl From<ControlRecord> for Record {
     fn from(c: ControlRecord) -> Record {
         Record::new(Body::Control(c))
@@ -316,5 +368,17 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
             Ok(())
         }
         Body::Run(_) => Ok(()),
+        Body::Approval(a) => {
+            if a.id.is_empty() {
+                return Err(JournalError::Invalid("an approval needs an id".into()));
+            }
+            if a.state == ApprovalState::Pending && a.tool.as_deref().unwrap_or("").is_empty() {
+                return Err(JournalError::Invalid("a pending approval needs its tool".into()));
+            }
+            if matches!(a.state, ApprovalState::Allowed | ApprovalState::Denied) && a.by.is_none() {
+                return Err(JournalError::Invalid("a decided approval needs by".into()));
+            }
+            Ok(())
+        }
     }
 }

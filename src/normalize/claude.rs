@@ -109,15 +109,11 @@ pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
         "assistant" => assistant(&l)?,
         "user" => user(&l)?,
         "result" => vec![turn_end(&l)],
+        // A tool-permission prompt is an `approval`; the rest of the control protocol is not.
+        "control_request" => control_request(text)?,
         // Informational rate-limit status, the stdin control protocol and the queue of stdin lines
         // (`command_lifecycle`: the `input` event marks where a line was taken): not agent output.
-        "rate_limit_event"
-        | "control_request"
-        | "control_response"
-        | "control_cancel_request"
-        | "command_lifecycle" => {
-            vec![]
-        }
+        "rate_limit_event" | "control_response" | "control_cancel_request" | "command_lifecycle" => vec![],
         other => return Err(Refusal::Unmapped(other.to_string())),
     };
     Ok(Mapped { session: l.session_id, ts: l.timestamp, data })
@@ -279,6 +275,39 @@ fn user<'a>(l: &Line<'a>) -> Result<Vec<Data<'a>>, Refusal> {
         }
     }
     Ok(out)
+}
+
+#[derive(Deserialize)]
+struct ControlRequest<'a> {
+    #[serde(borrow)]
+    request_id: S<'a>,
+    #[serde(borrow)]
+    request: Option<PermissionAsk<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PermissionAsk<'a> {
+    #[serde(borrow)]
+    subtype: S<'a>,
+    #[serde(borrow)]
+    tool_name: S<'a>,
+    #[serde(borrow)]
+    input: Option<&'a RawValue>,
+}
+
+/// A control request on claude's stdout: a tool-permission prompt (`can_use_tool`) is an `approval`
+/// event (its id is the approval's); the rest of the stdin control protocol is not agent output.
+fn control_request(text: &str) -> Result<Vec<Data<'_>>, Refusal> {
+    let c: ControlRequest = serde_json::from_str(text)
+        .map_err(|e| Refusal::Shape(format!("claude control_request with a broken shape: {e}")))?;
+    Ok(match c.request {
+        Some(r) if r.subtype.as_deref() == Some("can_use_tool") => vec![Data::Approval {
+            id: c.request_id,
+            tool: r.tool_name.unwrap_or(Cow::Borrowed("(unnamed)")),
+            args: r.input.map(Json::Raw).unwrap_or(Json::Owned(serde_json::json!({}))),
+        }],
+        _ => vec![],
+    })
 }
 
 /// An echoed input line: its text (a string, or its text blocks joined) as an `input` event. Echoed

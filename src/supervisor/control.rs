@@ -52,6 +52,23 @@ pub enum Request {
         task: TaskId,
         by: Option<String>,
     },
+    /// A tool call of `task`'s running turn asks for permission (the MCP permission tool); answered
+    /// with the decision once there is one (added with approvals).
+    Ask {
+        task: TaskId,
+        tool: String,
+        input: serde_json::Value,
+        tool_use_id: Option<String>,
+        by: Option<String>,
+    },
+    /// The operator's decision on an asked call (added with approvals).
+    Decide {
+        task: TaskId,
+        id: String,
+        allow: bool,
+        message: Option<String>,
+        by: Option<String>,
+    },
 }
 
 impl Request {
@@ -65,6 +82,8 @@ impl Request {
             Request::Resume { .. } => "resume",
             Request::Stop { .. } => "stop",
             Request::Interrupt { .. } => "interrupt",
+            Request::Ask { .. } => "ask",
+            Request::Decide { .. } => "decide",
         }
     }
 
@@ -77,14 +96,20 @@ impl Request {
             | Request::Pause { by }
             | Request::Resume { by }
             | Request::Stop { by }
-            | Request::Interrupt { by, .. } => by.as_deref(),
+            | Request::Interrupt { by, .. }
+            | Request::Ask { by, .. }
+            | Request::Decide { by, .. } => by.as_deref(),
         }
     }
 
     /// The task the verb names, for kill and steer.
     pub fn task(&self) -> Option<&TaskId> {
         match self {
-            Request::Kill { task, .. } | Request::Steer { task, .. } | Request::Interrupt { task, .. } => Some(task),
+            Request::Kill { task, .. }
+            | Request::Steer { task, .. }
+            | Request::Interrupt { task, .. }
+            | Request::Ask { task, .. }
+            | Request::Decide { task, .. } => Some(task),
             _ => None,
         }
     }
@@ -104,6 +129,19 @@ struct Wire {
     interrupt: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     by: Option<String>,
+    // Added with approvals: `ask` carries the call, `decide` the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_use_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
 }
 
 impl TryFrom<Wire> for Request {
@@ -112,7 +150,17 @@ impl TryFrom<Wire> for Request {
     fn try_from(w: Wire) -> Result<Request, String> {
         let verb: String = w.verb.chars().take(40).collect();
         let only = |allowed: &[&str]| -> Result<(), String> {
-            let given = [("task", w.task.is_some()), ("msg", w.msg.is_some()), ("interrupt", w.interrupt.is_some())];
+            let given = [
+                ("task", w.task.is_some()),
+                ("msg", w.msg.is_some()),
+                ("interrupt", w.interrupt.is_some()),
+                ("tool", w.tool.is_some()),
+                ("input", w.input.is_some()),
+                ("tool_use_id", w.tool_use_id.is_some()),
+                ("id", w.id.is_some()),
+                ("decision", w.decision.is_some()),
+                ("message", w.message.is_some()),
+            ];
             match given.iter().find(|(name, set)| *set && !allowed.contains(name)) {
                 Some((name, _)) => Err(format!("field {name} does not apply to {verb}")),
                 None => Ok(()),
@@ -137,11 +185,28 @@ impl TryFrom<Wire> for Request {
                 Request::Interrupt { task: task()?, by }
             }
             "steer" => {
+                only(&["task", "msg", "interrupt"])?;
                 Request::Steer { task: task()?, msg: w.msg.clone().unwrap_or_default(), interrupt: w.interrupt, by }
+            }
+            "ask" => {
+                only(&["task", "tool", "input", "tool_use_id"])?;
+                let tool = w.tool.clone().filter(|t| !t.is_empty()).ok_or("ask needs a tool")?;
+                let input = w.input.clone().unwrap_or(serde_json::Value::Object(Default::default()));
+                Request::Ask { task: task()?, tool, input, tool_use_id: w.tool_use_id.clone(), by }
+            }
+            "decide" => {
+                only(&["task", "id", "decision", "message"])?;
+                let id = w.id.clone().ok_or("decide needs the approval's id")?;
+                let allow = match w.decision.as_deref() {
+                    Some("allow") => true,
+                    Some("deny") => false,
+                    other => return Err(format!("decision must be \"allow\" or \"deny\", got {other:?}")),
+                };
+                Request::Decide { task: task()?, id, allow, message: w.message.clone(), by }
             }
             other => {
                 return Err(format!(
-                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop or status"
+                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop, status, ask or decide"
                 ));
             }
         })
@@ -151,7 +216,19 @@ impl TryFrom<Wire> for Request {
 impl From<Request> for Wire {
     fn from(r: Request) -> Wire {
         let verb = r.verb().to_string();
-        let mut w = Wire { verb, task: None, msg: None, interrupt: None, by: None };
+        let mut w = Wire {
+            verb,
+            task: None,
+            msg: None,
+            interrupt: None,
+            by: None,
+            tool: None,
+            input: None,
+            tool_use_id: None,
+            id: None,
+            decision: None,
+            message: None,
+        };
         match r {
             Request::Status { by } | Request::Pause { by } | Request::Resume { by } | Request::Stop { by } => w.by = by,
             Request::Kill { task, by } | Request::Interrupt { task, by } => {
@@ -162,6 +239,20 @@ impl From<Request> for Wire {
                 w.task = Some(task.to_string());
                 w.msg = Some(msg);
                 w.interrupt = interrupt;
+                w.by = by;
+            }
+            Request::Ask { task, tool, input, tool_use_id, by } => {
+                w.task = Some(task.to_string());
+                w.tool = Some(tool);
+                w.input = Some(input);
+                w.tool_use_id = tool_use_id;
+                w.by = by;
+            }
+            Request::Decide { task, id, allow, message, by } => {
+                w.task = Some(task.to_string());
+                w.id = Some(id);
+                w.decision = Some(if allow { "allow" } else { "deny" }.into());
+                w.message = message;
                 w.by = by;
             }
         }
@@ -260,6 +351,19 @@ pub enum Answer {
         ok: True,
         paused: bool,
         running: usize,
+    },
+    /// The decision on an asked call, as claude's permission answer (`{"behavior":"allow"}` or
+    /// `{"behavior":"deny","message":…}`). Before `Stop` (added with approvals).
+    Ask {
+        decision: serde_json::Value,
+        id: String,
+        ok: True,
+    },
+    /// A decision recorded (added with approvals).
+    Decide {
+        approval: Box<crate::journal::ApprovalView>,
+        detail: String,
+        ok: True,
     },
     /// Before `Stop`, whose fields it has too.
     Interrupt {
@@ -477,6 +581,7 @@ impl Sketch {
             Request::Resume { .. } => Verb::Resume,
             Request::Stop { .. } => Verb::Stop,
             Request::Interrupt { .. } => Verb::Interrupt,
+            Request::Ask { .. } | Request::Decide { .. } => Verb::Other,
         };
         let msg = match req {
             Request::Steer { msg, .. } => Some(msg.clone()),

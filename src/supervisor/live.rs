@@ -36,6 +36,8 @@ pub(crate) enum LiveCmd {
     Steer { id: String, msg: String, now: bool },
     /// Abort the running turn without killing the process.
     Interrupt { by: String },
+    /// An asked tool call was decided (recorded already): answer claude's prompt `id`.
+    Decided { id: String, decision: super::approvals::Decision },
 }
 
 /// The FIFO of `task`'s live channel, made fresh (mode 0600): `<runstate>/<slug>.live/<task>.in`.
@@ -93,6 +95,10 @@ pub(crate) struct Driver<'a> {
     pub outstanding: BTreeSet<String>,
     /// Steer ids among `outstanding` (their echo is journaled `taken`).
     pub steers: BTreeSet<String>,
+    /// A sender to this driver's own queue (decisions of its approvals come back through it).
+    pub me: mpsc::Sender<LiveCmd>,
+    /// Approvals of this turn waiting for a decision, with their deadlines.
+    pub waiting: std::collections::BTreeMap<String, tokio::time::Instant>,
 }
 
 impl Driver<'_> {
@@ -106,12 +112,16 @@ impl Driver<'_> {
         let mut partial: Vec<u8> = Vec::new();
         let mut file: Option<std::fs::File> = None;
         loop {
+            let next_deadline = self.waiting.values().min().copied();
             tokio::select! {
                 _ = done.changed() => break,
                 cmd = self.rx.recv(), if self.writer.is_some() => match cmd {
                     Some(cmd) => self.handle(cmd).await,
                     None => self.close(),
                 },
+                _ = tokio::time::sleep_until(next_deadline.unwrap_or_else(tokio::time::Instant::now)), if next_deadline.is_some() => {
+                    self.time_outs().await;
+                }
                 _ = tokio::time::sleep(POLL) => {
                     for line in read_lines(&self.log, &mut file, &mut self.offset, &mut partial) {
                         self.line(&line).await;
@@ -120,8 +130,11 @@ impl Driver<'_> {
             }
         }
         // The wrapper is gone: whatever the driver still holds is handed back (the steers stay
-        // queued in the journal and are resumed at the turn boundary).
+        // queued in the journal and are resumed at the turn boundary; asked calls expire).
         self.close();
+        for id in std::mem::take(&mut self.waiting).into_keys() {
+            super::approvals::expire(self.ctx, self.task, &id, "the turn ended before a decision");
+        }
         for line in read_lines(&self.log, &mut file, &mut self.offset, &mut partial) {
             self.receipt(&line);
         }
@@ -162,6 +175,29 @@ impl Driver<'_> {
                 }
                 tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %self.task, by = %by, "interrupt written");
             }
+            LiveCmd::Decided { id, decision } => {
+                self.waiting.remove(&id);
+                self.answer(&id, &decision).await;
+            }
+        }
+    }
+
+    async fn answer(&mut self, request_id: &str, decision: &super::approvals::Decision) {
+        if let Err(e) = self.write(&permission_line(request_id, &decision.answer())).await {
+            tracing::warn!(RUN_ID = %self.ctx.run_id, TASK = %self.task, error = %e, "permission answer not written");
+        }
+    }
+
+    /// Approvals past their deadline: denied by `timeout` (unless a decision got there first).
+    async fn time_outs(&mut self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = self.waiting.iter().filter(|(_, d)| **d <= now).map(|(id, _)| id.clone()).collect();
+        for id in due {
+            self.waiting.remove(&id);
+            if let Some(d) = super::approvals::time_out(self.ctx, self.task, &id) {
+                self.ctx.approvals.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                self.answer(&id, &d).await;
+            }
         }
     }
 
@@ -193,13 +229,28 @@ impl Driver<'_> {
             Some("user") => self.receipt(line),
             Some("result") if self.outstanding.is_empty() => self.close_when_idle().await,
             Some("control_request") if line["request"]["subtype"] == "can_use_tool" => {
-                let id = line["request_id"].as_str().unwrap_or_default().to_string();
-                let tool = line["request"]["tool_name"].as_str().unwrap_or("(unnamed)");
-                let deny = json!({"behavior": "deny", "message": format!(
-                    "The tool {tool} is not allowed for this task (its allowed tools do not include it and nobody is asked: the plan's approvals are off)."
-                )});
-                if let Err(e) = self.write(&permission_line(&id, &deny)).await {
-                    tracing::warn!(RUN_ID = %self.ctx.run_id, TASK = %self.task, error = %e, "permission answer not written");
+                let Some(id) = line["request_id"].as_str().filter(|i| !i.is_empty()).map(str::to_string) else {
+                    return;
+                };
+                let tool = line["request"]["tool_name"].as_str().unwrap_or("(unnamed)").to_string();
+                let input = line["request"]["input"].clone();
+                let waiter = super::approvals::Waiter::Live { tx: self.me.clone() };
+                match super::approvals::ask(self.ctx, self.task, &id, (&tool, &input), "live", waiter) {
+                    Ok(super::approvals::Asked::Now(d)) => self.answer(&id, &d).await,
+                    Ok(super::approvals::Asked::Pending) => {
+                        let deadline = tokio::time::Instant::now() + self.ctx.plan.approval_timeout();
+                        self.waiting.insert(id, deadline);
+                    }
+                    Err(e) => {
+                        // Not on the record: not asked. Denied, saying why.
+                        tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %self.task, error = %e, "cannot journal an approval");
+                        let d = super::approvals::Decision {
+                            allow: false,
+                            message: Some(format!("The approval could not be recorded ({e}); denied.")),
+                            by: "supervisor".into(),
+                        };
+                        self.answer(&id, &d).await;
+                    }
                 }
             }
             _ => {}
@@ -223,7 +274,7 @@ impl Driver<'_> {
         };
         match pending {
             // A steer that came meanwhile: written, it makes the next turn.
-            Some(cmd @ LiveCmd::Steer { .. }) => self.handle(cmd).await,
+            Some(cmd @ (LiveCmd::Steer { .. } | LiveCmd::Decided { .. })) => self.handle(cmd).await,
             // An interrupt of a turn that has just ended on its own: nothing to abort.
             Some(LiveCmd::Interrupt { by }) => {
                 if let Some(p) = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(self.task) {

@@ -7,6 +7,7 @@
 //! One scheduler task owns all state; pipelines (`pipeline.rs`) and connections (`control.rs`) talk to
 //! it through channels, so there is no lock around run state.
 
+mod approvals;
 pub mod control;
 pub mod kill;
 mod live;
@@ -220,6 +221,8 @@ pub async fn supervise(
         gate_timeout: opts.gate_timeout,
         kill_grace: opts.kill_grace,
         running: std::sync::Mutex::new(HashMap::new()),
+        approvals: std::sync::Mutex::new(HashMap::new()),
+        socket: sock_path.clone(),
     });
     let mut s = Scheduler {
         paused: view.status == RunStatus::Paused,
@@ -321,6 +324,20 @@ impl Scheduler {
                 Err(e) => refuse(500, format!("{}; and this refusal could not be journaled: {e}", refusal.detail)),
             };
             let _ = env.reply.send(refusal.into());
+        }
+        // Asked calls still waiting: their turns end with this supervisor.
+        let held: Vec<(String, approvals::Held)> =
+            self.ctx.approvals.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        for (id, h) in held {
+            approvals::expire(&self.ctx, &h.task, &id, "the supervisor ended before a decision");
+            if let approvals::Waiter::Socket { reply } = h.waiter {
+                let d = approvals::Decision {
+                    allow: false,
+                    message: Some("The supervisor ended before a decision: denied.".into()),
+                    by: "supervisor".into(),
+                };
+                let _ = reply.send(Reply::Done(control::Answer::Ask { decision: d.answer(), id, ok: control::True }));
+            }
         }
         // Kills accepted (and journaled) whose task had not ended: answered with where it stands.
         for (task, waiting) in std::mem::take(&mut self.kill_replies) {

@@ -42,6 +42,10 @@ pub(crate) struct Ctx {
     pub kill_grace: Duration,
     /// Tasks with a pipeline in progress, and the process group each is waiting on right now.
     pub running: Mutex<HashMap<TaskId, Proc>>,
+    /// Asked tool calls waiting for a decision, by approval id.
+    pub approvals: Mutex<HashMap<String, super::approvals::Held>>,
+    /// The control socket (`None` in batch mode: nobody can be asked then).
+    pub socket: Option<PathBuf>,
 }
 
 /// A task's pipeline as the kill verb sees it.
@@ -404,6 +408,32 @@ async fn turn(
     };
     let mut cmd = wrapper::command(&ctx.wrappers, &t);
     ctx.label(&mut cmd, id);
+    if let Some(rules) = ctx.plan.allowed_tools(task) {
+        // claude's --allowedTools takes comma-separated rules (a rule may hold spaces).
+        cmd.env("HARNESS_CLAUDE_ALLOWED_TOOLS", rules.join(","));
+    }
+    // A task that asks runs in claude's default permission mode: only its allowed tools run unasked
+    // (acceptEdits would let every edit through).
+    if ctx.plan.asks(task) {
+        cmd.env("HARNESS_CLAUDE_PERMISSION_MODE", "default");
+    }
+    // A batch turn that asks: claude's permission prompts go to our MCP permission tool.
+    if !live && ctx.plan.asks(task) {
+        match permission_mcp_config(ctx, id) {
+            Ok(Some(path)) => {
+                cmd.env("HARNESS_CLAUDE_PERMISSION_MCP", path);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(ctx.halt(
+                    id,
+                    exit::NOT_RUN,
+                    format!("cannot write the approvals MCP config: {e}"),
+                    known_session,
+                ));
+            }
+        }
+    }
     let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
     let ran = match &fifo {
         None => ctx.run_child(id, cmd, &logfile, known_session.as_deref(), LiveState::Leased, None).await,
@@ -447,6 +477,25 @@ async fn turn(
     Ok((session, status.files))
 }
 
+/// The `--mcp-config` file that makes `harness approval-mcp` claude's permission tool for `task`'s
+/// batch turn: `<runstateDir>/<slug>.approvals/<task>.mcp.json`. `None` without a control socket
+/// (batch mode: nobody to ask, claude denies as without a prompt tool).
+fn permission_mcp_config(ctx: &Ctx, task: &TaskId) -> std::io::Result<Option<PathBuf>> {
+    let Some(sock) = &ctx.socket else { return Ok(None) };
+    let exe = std::env::current_exe()?;
+    let dir = ctx.pointer.runstate_dir.join(format!("{}.approvals", ctx.pointer.slug));
+    std::fs::create_dir_all(&dir)?;
+    let wait = ctx.plan.approval_timeout().as_secs() + 60;
+    let config = serde_json::json!({"mcpServers": {"harness": {
+        "type": "stdio",
+        "command": exe,
+        "args": ["approval-mcp", "--socket", sock, "--task", task.as_str(), "--wait", wait.to_string()],
+    }}});
+    let path = dir.join(format!("{task}.mcp.json"));
+    crate::home::write_atomic(&path, serde_json::to_string_pretty(&config).expect("JSON").as_bytes(), 0o600)?;
+    Ok(Some(path))
+}
+
 /// A turn on the live channel: the wrapper and the channel's driver run together; the driver is
 /// reachable by the scheduler (`Proc::live`) until it closes the channel or the wrapper exits.
 #[allow(clippy::too_many_arguments)]
@@ -467,6 +516,7 @@ async fn live_turn(
         .open_sender(fifo)
         .map_err(|e| format!("cannot open the live channel {}: {e}", fifo.display()))?;
     let (tx, rx) = tokio::sync::mpsc::channel(super::live::QUEUE);
+    let me = tx.clone();
     if let Some(p) = ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
         p.live = Some(tx);
     }
@@ -479,6 +529,8 @@ async fn live_turn(
         offset,
         outstanding: Default::default(),
         steers: Default::default(),
+        me,
+        waiting: Default::default(),
     };
     let (done_tx, done_rx) = tokio::sync::watch::channel(false);
     let prompt_id = uuid::Uuid::new_v4().to_string();

@@ -51,6 +51,16 @@ impl Scheduler {
             })?;
         }
         let view = self.view()?;
+        // Asked tool calls of a dead supervisor's turns: nobody can answer them any more.
+        for a in view.approvals.values().filter(|a| a.state == crate::journal::ApprovalState::Pending) {
+            tracing::warn!(RUN_ID = %ctx.run_id, TASK = %a.task, APPROVAL = %a.id, "expiring an approval of a previous supervisor");
+            super::approvals::expire(
+                &ctx,
+                &a.task,
+                &a.id,
+                "the supervisor restarted before a decision; the turn is resumed",
+            );
+        }
         for task in &ctx.plan.tasks {
             let Some(t) = view.tasks.get(&task.id) else { continue };
             match t.state {

@@ -49,6 +49,34 @@ impl Scheduler {
             },
             Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
             Request::Interrupt { task, .. } => self.interrupt_turn(task, &by),
+            Request::Ask { task, tool, input, tool_use_id, .. } => {
+                match self.ask(task, (tool, input), tool_use_id.as_deref(), reply) {
+                    Ok(()) => return, // answered now or when decided
+                    Err((r, reply)) => {
+                        let rec = Sketch::of(&req).record(&r);
+                        let r = self.journal_control(rec).map(|_| r).unwrap_or_else(|e| e);
+                        let _ = reply.send(r.into());
+                        return;
+                    }
+                }
+            }
+            Request::Decide { task, id, allow, message, .. } => {
+                let d = super::approvals::Decision { allow: *allow, message: message.clone(), by: by.clone() };
+                super::approvals::decide(&self.ctx, task, id, &d)
+                    .map(|approval| Answer::Decide {
+                        detail: format!("{} by {by}", if *allow { "allowed" } else { "denied" }),
+                        approval: Box::new(approval),
+                        ok: True,
+                    })
+                    .map_err(|r| {
+                        // 400/404 are recorded below; a refusal by state is recorded here.
+                        if r.status == 409 {
+                            let rec = Sketch::of(&req).record(&r);
+                            return self.journal_control(rec).map(|_| r).unwrap_or_else(|e| e);
+                        }
+                        r
+                    })
+            }
         };
         // The verbs record their refusals by state (409) themselves, under the journal lock; a
         // request's own faults (400 malformed, 404 unknown task) are recorded here.
@@ -254,6 +282,60 @@ impl Scheduler {
         };
         let delivery = Some(if live { Delivery::Live } else { Delivery::Resume });
         Ok(Answer::Steer { delivery, detail: detail.into(), id: steer_id, ok: True, task: task.id })
+    }
+
+    /// The MCP permission tool asks for a call of `task`'s running turn. Answered at once when a rule
+    /// or the plan decides it, else when the operator does or the plan's timeout denies it.
+    #[allow(clippy::result_large_err)]
+    fn ask(
+        &mut self,
+        task: &TaskId,
+        call: (&String, &serde_json::Value),
+        tool_use_id: Option<&str>,
+        reply: oneshot::Sender<Reply>,
+    ) -> Result<(), (Refusal, oneshot::Sender<Reply>)> {
+        let task = match self.task_of(task) {
+            Ok(t) => t,
+            Err(r) => return Err((r, reply)),
+        };
+        if !self.running(&task.id) {
+            return Err((refuse(409, format!("task {} has no turn running: nothing to ask for", task.id)), reply));
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let (tool, input) = call;
+        let (decided_tx, decided_rx) = oneshot::channel::<Reply>();
+        let waiter = super::approvals::Waiter::Socket { reply: decided_tx };
+        match super::approvals::ask(&self.ctx, &task.id, &id, (tool, input), "mcp", waiter) {
+            Err(e) => {
+                return Err((refuse(500, format!("journal append failed, nothing was asked: {e}")), reply));
+            }
+            Ok(super::approvals::Asked::Now(d)) => {
+                let _ = reply.send(Reply::Done(Answer::Ask { decision: d.answer(), id, ok: True }));
+            }
+            Ok(super::approvals::Asked::Pending) => {
+                tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %task.id, APPROVAL = %id, tool_use_id = ?tool_use_id, "waiting for a decision");
+                let ctx = self.ctx.clone();
+                let timeout = ctx.plan.approval_timeout();
+                let task = task.id.clone();
+                tokio::spawn(async move {
+                    let answer = match tokio::time::timeout(timeout, decided_rx).await {
+                        Ok(Ok(answer)) => answer,
+                        // Dropped: the supervisor is ending (it answered) or the waiter was replaced.
+                        Ok(Err(_)) => return,
+                        Err(_) => match super::approvals::time_out(&ctx, &task, &id) {
+                            Some(d) => {
+                                ctx.approvals.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                                Reply::Done(Answer::Ask { decision: d.answer(), id, ok: True })
+                            }
+                            // Decided in the same instant: its answer is on the way.
+                            None => return,
+                        },
+                    };
+                    let _ = reply.send(answer);
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Hands `cmd` to the task's running live-channel driver; false when there is none (no live turn

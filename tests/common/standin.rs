@@ -11,6 +11,7 @@
 //! |---|---|
 //! | (none) | a short text: `Hi there! This request carried N message(s).` |
 //! | `[anthropic:tool]` / `[openai:tool]` | a tool call running `echo hi` (claude `Bash`, codex `exec_command`) |
+//! | `[anthropic:run:CMD]` | a Bash tool call running CMD (no `]` in it) |
 //! | `[anthropic:slow:N:MS]` / `[openai:slow:N:MS]` | N text deltas `dK ` sent MS ms apart |
 //! | `[anthropic:twotools:MS]` | a slow two-tool turn: `Step 1.` + Bash `sleep MS/1000; echo TOOL1-DONE`, then `Step 2.` + the same with TOOL2, then `Done. User texts after the prompt: [...]` quoting every user text that came after the directive's message (mid-turn messages included) |
 //! | `[anthropic:error:STATUS]` / `[openai:error:STATUS]` | that HTTP status with an error body |
@@ -143,6 +144,7 @@ fn directive(text: &str, family: &str) -> Option<Script> {
     let parts: Vec<&str> = text[start..end].split(':').collect();
     match parts.as_slice() {
         ["tool"] => Some(Script::Tool),
+        ["run", rest @ ..] if !rest.is_empty() => Some(Script::Cmd("I'll run a command.".into(), rest.join(":"))),
         ["slow", n, ms] => Some(Script::Slow(n.parse().ok()?, ms.parse().ok()?)),
         ["error", status] => Some(Script::Error(status.parse().ok()?)),
         ["approve"] => Some(Script::Text("APPROVE\n\nThe change does what the task asked.".into())),
