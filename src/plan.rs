@@ -79,7 +79,20 @@ pub struct Plan {
     /// Rules (claude's syntax, e.g. `Bash(npm test:*)`) that allow an asked call without asking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approve: Option<Vec<String>>,
+    /// An interactive session (`harness session start`): its one claude task's live channel stays
+    /// open between turns until `harness session end` or the idle limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Session>,
     pub tasks: Vec<Task>,
+}
+
+/// A session's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// Seconds with no turn running after which the session ends by itself.
+    pub idle_s: u64,
+    /// Whether the task's prompt is the first message (else the first steer is).
+    pub prompt: bool,
 }
 
 /// Where a run's tasks do their work.
@@ -102,7 +115,7 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 12] = [
+const TOP_FIELDS: [&str; 13] = [
     "v",
     "slug",
     "base_branch",
@@ -114,6 +127,7 @@ const TOP_FIELDS: [&str; 12] = [
     "allowed_tools",
     "approval_timeout",
     "approve",
+    "session",
     "tasks",
 ];
 const TASK_FIELDS: [&str; 10] =
@@ -263,6 +277,27 @@ impl Plan {
                 None
             }
         };
+        let session = match obj.get("session") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(o)) => {
+                let idle_s = o.get("idle_s").and_then(Value::as_u64).filter(|n| (1..=7 * 86_400).contains(n));
+                let prompt = o.get("prompt").and_then(Value::as_bool);
+                if let Some(k) = o.keys().find(|k| !["idle_s", "prompt"].contains(&k.as_str())) {
+                    errs.push(format!("session: unknown field {k:?}"));
+                }
+                match (idle_s, prompt) {
+                    (Some(idle_s), Some(prompt)) => Some(Session { idle_s, prompt }),
+                    _ => {
+                        errs.push("session: needs idle_s (1 s to 7 days) and prompt (boolean)".into());
+                        None
+                    }
+                }
+            }
+            Some(v) => {
+                errs.push(format!("session: must be an object {{idle_s, prompt}}, got {v}"));
+                None
+            }
+        };
         let mut tasks = Vec::new();
         // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
         let mut waves_seen = HashSet::new();
@@ -284,6 +319,9 @@ impl Plan {
                 }
             }
         }
+        if session.is_some() && (tasks.len() != 1 || tasks.iter().any(|t: &Task| t.adapter != Adapter::Claude)) {
+            errs.push("session: a session plan has exactly one task, a claude one".into());
+        }
         if let Some(&max) = waves_seen.iter().max() {
             for w in 1..=max {
                 if !waves_seen.contains(&w) {
@@ -304,6 +342,7 @@ impl Plan {
                 allowed_tools,
                 approval_timeout,
                 approve,
+                session,
                 tasks,
             }),
             _ => Err(PlanError::Invalid(errs)),
@@ -336,7 +375,7 @@ impl Plan {
     /// Whether `task`'s turns run on the live channel: its own `live`, else the plan's, for claude
     /// tasks only.
     pub fn is_live(&self, task: &Task) -> bool {
-        task.adapter == Adapter::Claude && task.live.or(self.live).unwrap_or(false)
+        task.adapter == Adapter::Claude && (self.session.is_some() || task.live.or(self.live).unwrap_or(false))
     }
 
     /// Whether `task`'s tool calls outside its allowed tools are asked of the operator.
@@ -525,6 +564,34 @@ mod tests {
         .unwrap();
         let live: Vec<bool> = p.tasks.iter().map(|t| p.is_live(t)).collect();
         assert_eq!(live, vec![true, false, false]);
+    }
+
+    #[test]
+    fn a_session_is_one_live_claude_task_with_an_idle_limit() {
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","session":{"idle_s":0,"prompt":true,"x":1},"tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x"},
+            {"id":"b","wave":1,"adapter":"cursor","prompt":"y"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("session: unknown field \"x\""), "{err}");
+        assert!(err.contains("session: needs idle_s (1 s to 7 days) and prompt (boolean)"), "{err}");
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","session":{"idle_s":60,"prompt":true},"tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x"},
+            {"id":"b","wave":1,"adapter":"cursor","prompt":"y"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("session: a session plan has exactly one task, a claude one"), "{err}");
+        let p = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","session":{"idle_s":60,"prompt":false},"tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x","live":false}]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.session, Some(Session { idle_s: 60, prompt: false }));
+        assert!(p.is_live(&p.tasks[0]), "a session's task is live whatever it says");
     }
 
     #[test]

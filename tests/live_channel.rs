@@ -214,3 +214,79 @@ fn kill_of_a_live_task_leaves_no_process_and_no_channel() {
     control(&l.b.sock(), &json!({"verb":"stop"}));
     sup.wait_exit(T);
 }
+
+/// `harness session start … --foreground` with the real engines; the run's log once it is known.
+fn start_session(l: &Live, args: &[&str]) -> Proc {
+    let mut cmd = l.b.harness("success");
+    cmd.envs(l.env.vars())
+        .args(["session", "start", "--cwd"])
+        .arg(l.b.repo())
+        .args(args)
+        .arg("--foreground")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(l.b.dir.path().join("supervisor.log")).unwrap());
+    let p = Proc { child: cmd.spawn().unwrap() };
+    wait_for(T, || (l.b.try_run_id().is_some() && harness::supervisor::control::is_live(&l.b.sock())).then_some(()))
+        .unwrap_or_else(|| panic!("the session never started: {}", l.b.supervisor_log()));
+    p
+}
+
+fn session_log(l: &Live, api: &ApiProc) -> Vec<Value> {
+    let t = api.get(&format!("/runs/{}/tasks/session", l.b.run_id())).json();
+    json_lines(std::path::Path::new(t["logfile"].as_str().unwrap()))
+}
+
+#[test]
+fn a_session_stays_open_between_turns_and_commits_when_it_ends() {
+    let Some(l) = Live::new() else { return };
+    let mut sup = start_session(&l, &["--prompt", "Say hi. session-first-marker", "--idle", "10m"]);
+    let api = ApiProc::start(&l.b.home(), &[]);
+    let run = l.b.run_id();
+    let results = |api: &ApiProc| session_log(&l, api).iter().filter(|x| x["type"] == "result").count();
+    wait_for(T, || (results(&api) == 1).then_some(())).expect("the first turn");
+    std::thread::sleep(Duration::from_millis(500));
+    // The turn is over but the session is not: claude still runs, no exit marker.
+    assert!(!session_log(&l, &api).iter().any(|x| x["harness"] == "exit"), "the session stays open");
+    assert_eq!(l.b.state("session").as_deref(), Some("leased"));
+    let r =
+        l.post(&api, &format!("/runs/{run}/tasks/session/steer"), &json!({"msg":"And again. session-second-marker"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["delivery"], "live", "{}", r.text());
+    wait_for(T, || (results(&api) == 2).then_some(())).expect("the second turn");
+    let (code, out, err) = cli(&l.b.home(), &["session", "end", &run]);
+    assert_eq!(code, 0, "{out} {err}");
+    assert_eq!(sup.wait_exit(T), 0, "{}", l.b.supervisor_log());
+    l.b.wait_state("session", "committed", T);
+    let log = session_log(&l, &api);
+    assert_eq!(log.iter().filter(|x| x["harness"] == "exit").count(), 1, "one claude process");
+    let leased = l.b.journal().iter().filter(|r| r["kind"] == "task" && r["state"] == "leased").count();
+    assert_eq!(leased, 1);
+    // One conversation: the second turn's request carries the first.
+    let second =
+        l.s.requests_to("/v1/messages")
+            .into_iter()
+            .find(|q| q.body["messages"].to_string().contains("session-second-marker"))
+            .expect("the second turn's request");
+    assert!(second.body["messages"].to_string().contains("session-first-marker"));
+    let ends = l.b.controls("end");
+    assert_eq!(ends.iter().map(|c| c["outcome"].as_str().unwrap()).collect::<Vec<_>>(), ["accepted"]);
+}
+
+#[test]
+fn a_session_without_a_prompt_waits_for_its_first_message_and_ends_when_idle() {
+    let Some(l) = Live::new() else { return };
+    let mut sup = start_session(&l, &["--idle", "3s"]);
+    let api = ApiProc::start(&l.b.home(), &[]);
+    let run = l.b.run_id();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(l.s.requests_to("/v1/messages").is_empty(), "no turn before the first message");
+    let r = l.post(&api, &format!("/runs/{run}/tasks/session/steer"), &json!({"msg":"Say hi. idle-marker"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["delivery"], "live");
+    // One turn, then three idle seconds: the session ends by itself and commits.
+    assert_eq!(sup.wait_exit(T), 0, "{}", l.b.supervisor_log());
+    l.b.wait_state("session", "committed", T);
+    let results = session_log(&l, &api).iter().filter(|x| x["type"] == "result").count();
+    assert_eq!(results, 1);
+    assert!(l.s.requests_to("/v1/messages").iter().any(|q| q.body["messages"].to_string().contains("idle-marker")));
+}

@@ -194,6 +194,7 @@ pub async fn verb(
         (Verb::Pause, _) => Request::Pause { by: Some(by) },
         (Verb::Resume, _) => Request::Resume { by: Some(by) },
         (Verb::Stop, _) => Request::Stop { by: Some(by) },
+        (Verb::End, _) => Request::End { by: Some(by) },
         (Verb::Steer | Verb::Kill | Verb::Interrupt | Verb::Other, _) => {
             return Err(refused(bad(format!("{verb} is not a verb of this route")), Some(by), msg).await);
         }

@@ -258,6 +258,9 @@ enum Cmd {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Interactive claude sessions on the live channel.
+    #[command(subcommand)]
+    Session(SessionCmd),
     /// The MCP permission tool a batch claude turn asks through (started by claude; not for people).
     #[command(hide = true)]
     ApprovalMcp {
@@ -357,6 +360,33 @@ impl Tuning {
             f(self.gate_timeout),
         ]
     }
+}
+
+#[derive(Subcommand)]
+enum SessionCmd {
+    /// Start a session: a supervised one-task claude run in DIR whose claude stays open between turns
+    /// (each `harness steer` is the next message) until `harness session end` or the idle limit; then
+    /// it commits like any task. Every view, stream, verb and approval works on it.
+    Start {
+        /// The repository (or a directory in it) to work in.
+        #[arg(long)]
+        cwd: PathBuf,
+        /// The first message (without one the session waits for the first steer).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// With no turn running for this long, the session ends by itself.
+        #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+        idle: std::time::Duration,
+        /// Supervise in this process instead of a detached one.
+        #[arg(long)]
+        foreground: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// End a session: claude finishes its turn and exits; the gate and commit follow.
+    End { run: String },
 }
 
 #[derive(Subcommand)]
@@ -498,6 +528,12 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Approvals { run, all, json, api } => remote::approvals(&api.client()?, &run, all, json),
         Cmd::Approve { run, task, id, api } => remote::decide(&api.client()?, &run, &task, &id, true, None),
         Cmd::Deny { run, task, id, message, api } => remote::decide(&api.client()?, &run, &task, &id, false, message),
+        Cmd::Session(SessionCmd::Start { cwd, prompt, model, idle, foreground, tuning }) => {
+            let plan = start::session_plan(prompt.as_deref(), model.as_deref(), idle)?;
+            let how = start::How { supervised: true, foreground, register_only: false };
+            start::run_plan(&plan, Some(cwd), None, None, how, &tuning)
+        }
+        Cmd::Session(SessionCmd::End { run }) => remote::control_verb(&run, remote::SocketVerb::End),
         Cmd::ApprovalMcp { socket, task, wait } => {
             let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
             crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))

@@ -220,6 +220,7 @@ pub(super) fn run_verb(c: &Client, run: &str, verb: &str) -> Result<(), CliError
 pub(super) enum SocketVerb {
     Stop,
     Status,
+    End,
 }
 
 pub(super) fn control_verb(run: &str, verb: SocketVerb) -> Result<(), CliError> {
@@ -230,6 +231,7 @@ pub(super) fn control_verb(run: &str, verb: SocketVerb) -> Result<(), CliError> 
     let req = match verb {
         SocketVerb::Stop => Request::Stop { by },
         SocketVerb::Status => Request::Status { by },
+        SocketVerb::End => Request::End { by },
     };
     let reply = client_rt()?
         .block_on(control::request(&sock, &req, crate::timeouts::CLI_CONTROL_ANSWER))

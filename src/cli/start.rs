@@ -98,6 +98,36 @@ fn print_started(id: &RunId, plan: &crate::plan::Plan, how: &str) {
     out(&format!("  pause:   harness pause {id}      stop: harness stop {id}"));
 }
 
+/// The plan of a session (`harness session start`), written to `$HARNESS_HOME/sessions/`: one claude
+/// task on the live channel, working in the run's own worktree (`isolation: shared`).
+pub(super) fn session_plan(
+    prompt: Option<&str>,
+    model: Option<&str>,
+    idle: std::time::Duration,
+) -> Result<PathBuf, CliError> {
+    if prompt.is_some_and(|p| p.trim().is_empty()) {
+        return Err(usage("--prompt must not be blank (leave it out to wait for the first message)"));
+    }
+    let idle_s = idle.as_secs();
+    if !(1..=7 * 86_400).contains(&idle_s) {
+        return Err(usage(format!("--idle must be 1s to 7 days, got {}", humantime::format_duration(idle))));
+    }
+    let slug = format!("session-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let mut task = serde_json::json!({"id": "session", "wave": 1, "adapter": "claude", "live": true,
+        "prompt": prompt.unwrap_or("(a harness session: waiting for the first message)")});
+    if let Some(m) = model {
+        task["model"] = serde_json::json!(m);
+    }
+    let plan = serde_json::json!({"v": "plan/v1", "slug": slug, "isolation": "shared", "max_parallel": 1,
+        "session": {"idle_s": idle_s, "prompt": prompt.is_some()}, "tasks": [task]});
+    let dir = home()?.root.join("sessions");
+    std::fs::create_dir_all(&dir).map_err(during(format!("creating {}", dir.display())))?;
+    let path = dir.join(format!("{slug}.plan.json"));
+    crate::home::write_atomic(&path, serde_json::to_string_pretty(&plan).expect("JSON").as_bytes(), 0o600)
+        .map_err(during(format!("writing {}", path.display())))?;
+    Ok(path)
+}
+
 pub(super) fn run_plan(
     plan: &Path,
     repo: Option<PathBuf>,

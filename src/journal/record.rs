@@ -99,6 +99,8 @@ pub enum Verb {
     Stop,
     /// Ends a live task's running turn without killing its process (added with the live channel).
     Interrupt,
+    /// Ends a session (`harness session end`): its live channel closes once no turn runs (added).
+    End,
     /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
     /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
     /// its request was read); its `detail` says what it was. Never a verb anyone can send.
@@ -141,6 +143,7 @@ impl Verb {
             Verb::Resume => "resume",
             Verb::Stop => "stop",
             Verb::Interrupt => "interrupt",
+            Verb::End => "end",
             Verb::Other => "other",
         }
     }

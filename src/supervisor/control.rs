@@ -61,6 +61,10 @@ pub enum Request {
         tool_use_id: Option<String>,
         by: Option<String>,
     },
+    /// Ends a session run (added with `harness session`).
+    End {
+        by: Option<String>,
+    },
     /// The operator's decision on an asked call (added with approvals).
     Decide {
         task: TaskId,
@@ -84,6 +88,7 @@ impl Request {
             Request::Interrupt { .. } => "interrupt",
             Request::Ask { .. } => "ask",
             Request::Decide { .. } => "decide",
+            Request::End { .. } => "end",
         }
     }
 
@@ -98,7 +103,8 @@ impl Request {
             | Request::Stop { by }
             | Request::Interrupt { by, .. }
             | Request::Ask { by, .. }
-            | Request::Decide { by, .. } => by.as_deref(),
+            | Request::Decide { by, .. }
+            | Request::End { by } => by.as_deref(),
         }
     }
 
@@ -176,6 +182,7 @@ impl TryFrom<Wire> for Request {
             "pause" => only(&[]).map(|_| Request::Pause { by })?,
             "resume" => only(&[]).map(|_| Request::Resume { by })?,
             "stop" => only(&[]).map(|_| Request::Stop { by })?,
+            "end" => only(&[]).map(|_| Request::End { by })?,
             "kill" => {
                 only(&["task"])?;
                 Request::Kill { task: task()?, by }
@@ -206,7 +213,7 @@ impl TryFrom<Wire> for Request {
             }
             other => {
                 return Err(format!(
-                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop, status, ask or decide"
+                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop, status, ask, decide or end"
                 ));
             }
         })
@@ -230,7 +237,11 @@ impl From<Request> for Wire {
             message: None,
         };
         match r {
-            Request::Status { by } | Request::Pause { by } | Request::Resume { by } | Request::Stop { by } => w.by = by,
+            Request::Status { by }
+            | Request::Pause { by }
+            | Request::Resume { by }
+            | Request::Stop { by }
+            | Request::End { by } => w.by = by,
             Request::Kill { task, by } | Request::Interrupt { task, by } => {
                 w.task = Some(task.to_string());
                 w.by = by;
@@ -582,6 +593,7 @@ impl Sketch {
             Request::Stop { .. } => Verb::Stop,
             Request::Interrupt { .. } => Verb::Interrupt,
             Request::Ask { .. } | Request::Decide { .. } => Verb::Other,
+            Request::End { .. } => Verb::End,
         };
         let msg = match req {
             Request::Steer { msg, .. } => Some(msg.clone()),
@@ -617,6 +629,7 @@ fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
         Some("resume") => Verb::Resume,
         Some("stop") => Verb::Stop,
         Some("interrupt") => Verb::Interrupt,
+        Some("end") => Verb::End,
         _ => Verb::Other,
     };
     let by = by_uid.map(str::to_string).or_else(|| s("by").filter(|b| !b.is_empty()).map(crate::journal::clip_by));

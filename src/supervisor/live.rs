@@ -38,6 +38,9 @@ pub(crate) enum LiveCmd {
     Interrupt { by: String },
     /// An asked tool call was decided (recorded already): answer claude's prompt `id`.
     Decided { id: String, decision: super::approvals::Decision },
+    /// End a session: close the channel once no turn runs (claude exits; the task goes on to its
+    /// gate and commit).
+    End { by: String },
 }
 
 /// The FIFO of `task`'s live channel, made fresh (mode 0600): `<runstate>/<slug>.live/<task>.in`.
@@ -99,21 +102,44 @@ pub(crate) struct Driver<'a> {
     pub me: mpsc::Sender<LiveCmd>,
     /// Approvals of this turn waiting for a decision, with their deadlines.
     pub waiting: std::collections::BTreeMap<String, tokio::time::Instant>,
+    /// A session (`harness session`): the channel stays open between turns, closed by `End` or
+    /// after this long with no turn running.
+    pub session: Option<Duration>,
+    /// Since when no turn runs (sessions only).
+    pub idle_since: Option<tokio::time::Instant>,
+    /// A turn ended (or the session went idle, or ended) with nothing waiting: close the channel,
+    /// unless a command arrived meanwhile (checked by the loop, so handling never recurses).
+    pub want_close: bool,
 }
 
 impl Driver<'_> {
     /// Writes the prompt, then serves commands and reads the log until `done` (the wrapper exited).
-    pub async fn run(mut self, prompt: &str, prompt_id: &str, mut done: watch::Receiver<bool>) {
-        if let Err(e) = self.write(&user_line(prompt, prompt_id, false)).await {
-            tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %self.task, error = %e, "cannot write the prompt to the live channel");
-            self.close();
+    pub async fn run(mut self, prompt: Option<&str>, prompt_id: &str, mut done: watch::Receiver<bool>) {
+        match prompt {
+            Some(prompt) => {
+                if let Err(e) = self.write(&user_line(prompt, prompt_id, false)).await {
+                    tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %self.task, error = %e, "cannot write the prompt to the live channel");
+                    self.close();
+                }
+                self.outstanding.insert(prompt_id.to_string());
+            }
+            // A session without a first prompt: idle until the first message.
+            None => self.idle_since = Some(tokio::time::Instant::now()),
         }
-        self.outstanding.insert(prompt_id.to_string());
         let mut partial: Vec<u8> = Vec::new();
         let mut file: Option<std::fs::File> = None;
         loop {
             let next_deadline = self.waiting.values().min().copied();
+            let idle_end = match (self.session, self.idle_since) {
+                (Some(limit), Some(since)) if self.writer.is_some() => Some(since + limit),
+                _ => None,
+            };
             tokio::select! {
+                _ = tokio::time::sleep_until(idle_end.unwrap_or_else(tokio::time::Instant::now)), if idle_end.is_some() => {
+                    tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %self.task, "session idle limit reached: ending it");
+                    self.session = None;
+                    self.want_close = true;
+                }
                 _ = done.changed() => break,
                 cmd = self.rx.recv(), if self.writer.is_some() => match cmd {
                     Some(cmd) => self.handle(cmd).await,
@@ -127,6 +153,9 @@ impl Driver<'_> {
                         self.line(&line).await;
                     }
                 }
+            }
+            if std::mem::take(&mut self.want_close) && self.writer.is_some() {
+                self.close_when_idle().await;
             }
         }
         // The wrapper is gone: whatever the driver still holds is handed back (the steers stay
@@ -151,6 +180,7 @@ impl Driver<'_> {
         match cmd {
             LiveCmd::Steer { id, msg, now } => match self.write(&user_line(&msg, &id, now)).await {
                 Ok(()) => {
+                    self.idle_since = None;
                     self.outstanding.insert(id.clone());
                     self.steers.insert(id.clone());
                     self.journal(ControlRecord {
@@ -178,6 +208,13 @@ impl Driver<'_> {
             LiveCmd::Decided { id, decision } => {
                 self.waiting.remove(&id);
                 self.answer(&id, &decision).await;
+            }
+            LiveCmd::End { by } => {
+                tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %self.task, by = %by, "session end asked");
+                self.session = None;
+                if self.idle_since.is_some() || self.outstanding.is_empty() && self.waiting.is_empty() {
+                    self.want_close = true;
+                }
             }
         }
     }
@@ -227,7 +264,14 @@ impl Driver<'_> {
     async fn line(&mut self, line: &Value) {
         match line["type"].as_str() {
             Some("user") => self.receipt(line),
-            Some("result") if self.outstanding.is_empty() => self.close_when_idle().await,
+            Some("result") if self.outstanding.is_empty() => {
+                if self.session.is_some() {
+                    // A session stays open between turns.
+                    self.idle_since = Some(tokio::time::Instant::now());
+                } else {
+                    self.want_close = true;
+                }
+            }
             Some("control_request") if line["request"]["subtype"] == "can_use_tool" => {
                 let Some(id) = line["request_id"].as_str().filter(|i| !i.is_empty()).map(str::to_string) else {
                     return;
@@ -275,6 +319,7 @@ impl Driver<'_> {
         match pending {
             // A steer that came meanwhile: written, it makes the next turn.
             Some(cmd @ (LiveCmd::Steer { .. } | LiveCmd::Decided { .. })) => self.handle(cmd).await,
+            Some(LiveCmd::End { .. }) => self.close(),
             // An interrupt of a turn that has just ended on its own: nothing to abort.
             Some(LiveCmd::Interrupt { by }) => {
                 if let Some(p) = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(self.task) {

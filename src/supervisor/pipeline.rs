@@ -90,6 +90,9 @@ pub(crate) enum End {
 
 type Step<T> = Result<T, End>;
 
+/// The wall-clock bound of a session's claude process (7 days; its idle limit ends it sooner).
+const SESSION_MAX_S: u64 = 7 * 86_400;
+
 impl Ctx {
     fn killed_by(&self, task: &TaskId) -> Option<String> {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).get(task).and_then(|p| p.killed_by.clone())
@@ -400,7 +403,8 @@ async fn turn(
         prompt_file: &prompt_file,
         cwd: &cwd,
         log: &logfile,
-        timeout_s: ctx.turn_timeout_s,
+        // A session's one process lives as long as the session (its idle limit ends it).
+        timeout_s: if ctx.plan.session.is_some() { SESSION_MAX_S } else { ctx.turn_timeout_s },
         model: task.model.as_deref(),
         session_id: assigned.as_deref(),
         resume: resume.as_deref(),
@@ -477,6 +481,11 @@ async fn turn(
     Ok((session, status.files))
 }
 
+/// Whether `prompt` is the plan's own prompt of `task` (a first dispatch), not a steer's message.
+fn resumed_prompt_is_plan(ctx: &Ctx, task: &TaskId, prompt: &str) -> bool {
+    ctx.plan.task(task).is_some_and(|t| t.prompt == prompt)
+}
+
 /// The `--mcp-config` file that makes `harness approval-mcp` claude's permission tool for `task`'s
 /// batch turn: `<runstateDir>/<slug>.approvals/<task>.mcp.json`. `None` without a control socket
 /// (batch mode: nobody to ask, claude denies as without a prompt tool).
@@ -531,6 +540,9 @@ async fn live_turn(
         steers: Default::default(),
         me,
         waiting: Default::default(),
+        session: ctx.plan.session.map(|s| std::time::Duration::from_secs(s.idle_s)),
+        idle_since: None,
+        want_close: false,
     };
     let (done_tx, done_rx) = tokio::sync::watch::channel(false);
     let prompt_id = uuid::Uuid::new_v4().to_string();
@@ -539,7 +551,13 @@ async fn live_turn(
         let _ = done_tx.send(true);
         r
     };
-    let (ran, ()) = tokio::join!(child, driver.run(prompt, &prompt_id, done_rx));
+    // A session started without a prompt waits for its first message.
+    let first = if ctx.plan.session.is_some_and(|s| !s.prompt) && resumed_prompt_is_plan(ctx, id, prompt) {
+        None
+    } else {
+        Some(prompt)
+    };
+    let (ran, ()) = tokio::join!(child, driver.run(first, &prompt_id, done_rx));
     if let Some(p) = ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
         p.live = None;
     }

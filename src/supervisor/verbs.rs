@@ -49,6 +49,7 @@ impl Scheduler {
             },
             Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
             Request::Interrupt { task, .. } => self.interrupt_turn(task, &by),
+            Request::End { .. } => self.end_session(&by),
             Request::Ask { task, tool, input, tool_use_id, .. } => {
                 match self.ask(task, (tool, input), tool_use_id.as_deref(), reply) {
                     Ok(()) => return, // answered now or when decided
@@ -336,6 +337,34 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// Ends a session run: its live channel closes once no turn runs; claude exits and the task goes
+    /// on to its gate and commit like any task.
+    fn end_session(&mut self, by: &str) -> Result<Answer, Refusal> {
+        let Some(task) = self.ctx.plan.session.and(self.ctx.plan.tasks.first()).map(|t| t.id.clone()) else {
+            let detail = format!(
+                "run {} is not a session (harness session start makes one); stop ends any run",
+                self.ctx.run_id
+            );
+            self.journal_control(ControlRecord {
+                detail: Some(format!("{detail} (409)")),
+                ..Record::control(Verb::End, by, Outcome::Refused)
+            })?;
+            return Err(refuse(409, detail));
+        };
+        let live = self.send_live(&task, || LiveCmd::End { by: by.to_string() });
+        self.journal_control(ControlRecord {
+            task: Some(task.clone()),
+            detail: (!live).then(|| "no live turn runs: nothing to end".to_string()),
+            ..Record::control(Verb::End, by, if live { Outcome::Accepted } else { Outcome::Noop })
+        })?;
+        let detail = if live {
+            "ending the session: its channel closes once no turn runs; then the gate and commit follow".to_string()
+        } else {
+            "no live turn runs: nothing to end".to_string()
+        };
+        Ok(Answer::Stop { detail, ok: True })
     }
 
     /// Hands `cmd` to the task's running live-channel driver; false when there is none (no live turn
