@@ -83,11 +83,15 @@ impl Ask {
 }
 
 #[test]
-fn live_allow_runs_the_tool_and_a_second_decision_is_409() {
+fn live_allow_runs_the_tool_after_an_api_restart_and_a_second_decision_is_409() {
     let Some(a) = Ask::new() else { return };
     let mut sup = a.start(json!({"live": true}), json!({}));
+    let first = ApiProc::start(&a.b.home(), &[]);
+    let p = a.wait_pending(&first);
+    // A pending approval survives an API restart: the fresh API lists it (the journal holds it).
+    drop(first);
     let api = ApiProc::start(&a.b.home(), &[]);
-    let p = a.wait_pending(&api);
+    assert_eq!(a.approvals(&api, "?state=pending"), vec![p.clone()], "listed again after the API's restart");
     assert_eq!((p["tool"].as_str(), p["via"].as_str()), (Some("Bash"), Some("live")), "{p}");
     assert_eq!(p["input"]["command"], "touch tool-ran.txt");
     let id = p["id"].as_str().unwrap().to_string();
