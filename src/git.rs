@@ -16,22 +16,64 @@ pub enum GitError {
 }
 
 fn git(worktree: &Path, args: &[&str]) -> Result<String, GitError> {
+    git_stderr(worktree, args).map_err(|(e, _)| e)
+}
+
+/// `git`, with git's whole stderr on failure. The error's detail is git's first `fatal:`/`error:`
+/// line (what failed) and its last line (what to do), when they differ.
+fn git_stderr(worktree: &Path, args: &[&str]) -> Result<String, (GitError, String)> {
     let out = Command::new("git")
         .arg("-C")
         .arg(worktree)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| GitError::Failed { args: args.join(" "), detail: e.to_string() })?;
+        .map_err(|e| (GitError::Failed { args: args.join(" "), detail: e.to_string() }, String::new()))?;
     if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
         let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
-        return Err(GitError::Failed {
-            args: args.join(" "),
-            detail: format!("exit {}: {last}", out.status.code().unwrap_or(-1)),
-        });
+        let first = err.lines().find(|l| l.starts_with("fatal:") || l.starts_with("error:")).map(str::trim);
+        let said = match first {
+            Some(f) if f != last => format!("{f} {last}"),
+            _ => last,
+        };
+        let detail = format!("exit {}: {said}", out.status.code().unwrap_or(-1));
+        return Err((GitError::Failed { args: args.join(" "), detail }, err));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Deletes the task branch `branch`. A killed git can leave a lock behind (the branch's own, or
+/// `packed-refs.lock`, which deleting a ref takes): the branch's own lock is removed at once (the
+/// branch is harness's); another lock in the common dir named by git is removed once it is 5 s old
+/// (git holds one for milliseconds), waiting up to 8 s for that.
+fn delete_branch(repo: &Path, common: &Path, branch: &str) -> Result<(), GitError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    let own = common.join(format!("refs/heads/{branch}.lock"));
+    loop {
+        let (e, stderr) = match git_stderr(repo, &["update-ref", "-d", &format!("refs/heads/{branch}")]) {
+            Ok(_) => return Ok(()),
+            Err(x) => x,
+        };
+        let named = stderr
+            .split("Unable to create '")
+            .nth(1)
+            .and_then(|rest| rest.split('\'').next())
+            .map(std::path::PathBuf::from)
+            .filter(|p| p.starts_with(common) && p.extension().is_some_and(|x| x == "lock"));
+        let Some(lock) = named.or_else(|| own.exists().then(|| own.clone())) else { return Err(e) };
+        let age = std::fs::metadata(&lock).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        if std::time::Instant::now() >= deadline {
+            return Err(e);
+        }
+        if lock == own || age.is_some_and(|a| a >= std::time::Duration::from_secs(5)) {
+            tracing::warn!(lock = %lock.display(), "removing a lock a killed git left behind");
+            if std::fs::remove_file(&lock).is_ok() {
+                continue;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 }
 
 /// Runs `git -C dir args…` and returns its stdout (for callers with a git step of their own, e.g.
@@ -155,9 +197,8 @@ pub fn worktree_remove(repo: &Path, path: &Path, branch: &str) -> Result<(), Git
     let exists = git(repo, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")]).is_ok();
     // update-ref, not `branch -D`: a task branch has no config section, and `branch -D` would need
     // the repository's config lock (which a killed git can leave behind).
-    if exists && git(repo, &["update-ref", "-d", &format!("refs/heads/{branch}")]).is_err() {
-        let _ = std::fs::remove_file(common.join(format!("refs/heads/{branch}.lock")));
-        git(repo, &["update-ref", "-d", &format!("refs/heads/{branch}")])?;
+    if exists {
+        delete_branch(repo, common, branch)?;
     }
     Ok(())
 }

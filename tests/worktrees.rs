@@ -247,3 +247,47 @@ fn shared_isolation_needs_max_parallel_one_and_an_empty_repo_is_refused_for_work
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_stale_lock_left_by_a_killed_git_does_not_block_removing_a_task_branch() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    git_repo(&repo);
+    let wt = dir.path().join("wt");
+    harness::git::worktree_add(&repo, &wt, "harness/r/T", "HEAD").unwrap();
+    // What a git killed while deleting a ref leaves: packed-refs.lock (deleting any ref takes it),
+    // here 10 s old, and the branch's own lock.
+    let lock = repo.join(".git/packed-refs.lock");
+    let f = std::fs::File::create(&lock).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(10)).unwrap();
+    std::fs::write(repo.join(".git/refs/heads/harness/r/T.lock"), "").unwrap();
+    harness::git::worktree_remove(&repo, &wt, "harness/r/T").expect("removed despite the stale locks");
+    assert!(!wt.exists());
+    assert!(harness::git::run(&repo, &["rev-parse", "--verify", "--quiet", "refs/heads/harness/r/T"]).is_err());
+    // A fresh lock (a git running now) is waited for until it is 5 s old, not taken at once.
+    harness::git::worktree_add(&repo, &wt, "harness/r/U", "HEAD").unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let t = Instant::now();
+    harness::git::worktree_remove(&repo, &wt, "harness/r/U").unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(4500), "took a fresh lock after {:?}", t.elapsed());
+    // One kept fresh (a git that holds it) is never taken: after 8 s the error names it.
+    harness::git::worktree_add(&repo, &wt, "harness/r/V", "HEAD").unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let toucher = {
+        let (lock, stop) = (lock.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(f) = std::fs::File::options().write(true).open(&lock) {
+                    let _ = f.set_modified(std::time::SystemTime::now());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let err = harness::git::worktree_remove(&repo, &wt, "harness/r/V").unwrap_err().to_string();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    toucher.join().unwrap();
+    assert!(err.contains("packed-refs.lock': File exists"), "{err}");
+    assert!(lock.exists(), "a lock in use is left alone");
+}
