@@ -144,6 +144,7 @@ fn check(p: &Pointer, verb: Verb, task: Option<&TaskId>, msg: Option<&str>) -> R
         Verb::Stop => Err(refused("stop is refused for a DynWF run: end it from its Workflow")),
         Verb::Interrupt => Err(refused("interrupt is refused for a DynWF run: it has no live channel")),
         Verb::End => Err(refused("end is refused for a DynWF run: it is not a session")),
+        Verb::Budget => Err(refused("budget is refused for a DynWF run: its Workflow runs the turns")),
         Verb::Other => Err(InboxError::Invalid("not a verb: expected steer, pause or resume".into())),
         Verb::Steer => {
             let task = task.ok_or_else(|| InboxError::Invalid("steer needs a task".into()))?;

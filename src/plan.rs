@@ -38,6 +38,9 @@ pub struct Task {
     /// Absent: the plan's, else the wrappers' default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_tools: Option<Vec<String>>,
+    /// The task's spend (US dollars, as its engine prices it) at which the run pauses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
 }
 
 /// What happens to a tool call the task's allowed tools do not cover.
@@ -83,7 +86,35 @@ pub struct Plan {
     /// open between turns until `harness session end` or the idle limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Session>,
+    /// The run's spend (US dollars, as the engines price it) at which it pauses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
+    /// What a crossed budget does besides pausing: `pause` (default: running turns finish) or `kill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_budget: Option<OnBudget>,
     pub tasks: Vec<Task>,
+}
+
+/// What a crossed budget does to the turns still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBudget {
+    /// They finish; nothing more is dispatched.
+    Pause,
+    /// They are killed (journaled as by `budget`).
+    Kill,
+}
+
+/// A budget in US dollars: a positive, finite number.
+fn parse_budget(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<f64> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f.is_finite() && f > 0.0) => n.as_f64(),
+        Some(v) => {
+            errs.push(format!("{label}budget_usd: a positive number of US dollars, got {v}"));
+            None
+        }
+    }
 }
 
 /// A session's settings.
@@ -115,7 +146,7 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 13] = [
+const TOP_FIELDS: [&str; 15] = [
     "v",
     "slug",
     "base_branch",
@@ -128,10 +159,12 @@ const TOP_FIELDS: [&str; 13] = [
     "approval_timeout",
     "approve",
     "session",
+    "budget_usd",
+    "on_budget",
     "tasks",
 ];
-const TASK_FIELDS: [&str; 10] =
-    ["id", "wave", "adapter", "prompt", "gate", "review", "model", "live", "approvals", "allowed_tools"];
+const TASK_FIELDS: [&str; 11] =
+    ["id", "wave", "adapter", "prompt", "gate", "review", "model", "live", "approvals", "allowed_tools", "budget_usd"];
 
 /// The default wait for an operator's decision on an asked tool call.
 pub const APPROVAL_TIMEOUT_DEFAULT: u64 = 600;
@@ -277,6 +310,16 @@ impl Plan {
                 None
             }
         };
+        let budget_usd = parse_budget(obj.get("budget_usd"), "", &mut errs);
+        let on_budget = match obj.get("on_budget") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "pause" => Some(OnBudget::Pause),
+            Some(Value::String(s)) if s == "kill" => Some(OnBudget::Kill),
+            Some(v) => {
+                errs.push(format!("on_budget: expected \"pause\" or \"kill\", got {v}"));
+                None
+            }
+        };
         let session = match obj.get("session") {
             None | Some(Value::Null) => None,
             Some(Value::Object(o)) => {
@@ -343,6 +386,8 @@ impl Plan {
                 approval_timeout,
                 approve,
                 session,
+                budget_usd,
+                on_budget,
                 tasks,
             }),
             _ => Err(PlanError::Invalid(errs)),
@@ -480,6 +525,7 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
     let field = format!("{label}: ");
     let approvals = parse_approvals(o.get("approvals"), &field, errs);
     let allowed_tools = parse_rules("allowed_tools", o.get("allowed_tools"), &field, errs);
+    let budget_usd = parse_budget(o.get("budget_usd"), &field, errs);
     if let Some(a) = adapter.filter(|a| *a != Adapter::Claude) {
         for (name, set) in [("approvals", approvals.is_some()), ("allowed_tools", allowed_tools.is_some())] {
             if set {
@@ -501,6 +547,7 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
         live,
         approvals,
         allowed_tools,
+        budget_usd,
     })
 }
 

@@ -131,6 +131,10 @@ fn every_route_answers_as_openapi_yaml_says() {
     let posts: Vec<(&str, String, &str)> = vec![
         ("/runs/{runId}/pause", format!("/runs/{run}/pause"), r#"{"by":"spec"}"#),
         ("/runs/{runId}/resume", format!("/runs/{run}/resume"), "{}"),
+        ("/runs/{runId}/budget", format!("/runs/{run}/budget"), r#"{"usd":2.5,"by":"spec"}"#),
+        ("/runs/{runId}/budget", format!("/runs/{run}/budget"), r#"{"usd":1,"task":"A"}"#),
+        ("/runs/{runId}/budget", format!("/runs/{run}/budget"), r#"{"usd":0}"#),
+        ("/runs/{runId}/budget", format!("/runs/{run}/budget"), r#"{"usd":1,"task":"Q"}"#),
         ("/runs/{runId}/tasks/{tid}/steer", format!("/runs/{run}/tasks/A/steer"), r#"{"msg":"go"}"#),
         ("/runs/{runId}/tasks/{tid}/steer", format!("/runs/{run}/tasks/R/steer"), r#"{"msg":"go"}"#),
         ("/runs/{runId}/tasks/{tid}/steer", format!("/runs/{run}/tasks/A/steer"), r#"{"nope":1}"#),

@@ -45,6 +45,7 @@ fn the_specs_examples_round_trip_byte_for_byte() {
             Reply::Done(Answer::Interrupt { .. }) => "interrupt",
             Reply::Done(Answer::Ask { .. }) => "ask",
             Reply::Done(Answer::Decide { .. }) => "decide",
+            Reply::Done(Answer::Budget { .. }) => "budget",
         })
         .collect();
     assert_eq!(
@@ -58,6 +59,7 @@ fn the_specs_examples_round_trip_byte_for_byte() {
             "interrupt",
             "ask",
             "decide",
+            "budget",
             "pause",
             "stop",
             "refused",

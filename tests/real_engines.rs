@@ -285,6 +285,17 @@ fn steer_resumes_the_real_session_with_the_earlier_turns_and_reruns_the_gate() {
     // The steered turn ran its tool.
     assert!(log.iter().any(|l| l["type"] == "user" && l["tool_use_result"]["stdout"] == "hi"));
     assert_run_mapped(&r, "steer", &[("A", "claude")]);
+    // Usage (spec/USAGE.md): the resumed process reports the session's cumulative cost, so the
+    // task's cost is its last total, not the sum of both; the tokens are the turns' own, summed.
+    let results: Vec<&Value> = log.iter().filter(|l| l["type"] == "result").collect();
+    assert_eq!(results.len(), 2);
+    let (first, last) =
+        (results[0]["total_cost_usd"].as_f64().unwrap(), results[1]["total_cost_usd"].as_f64().unwrap());
+    assert!(last > first, "the resumed process carries the session's cost on: {first} then {last}");
+    let usage = api.get(&format!("/runs/{run}/tasks/A")).json()["usage"].clone();
+    assert!((usage["cost_usd"].as_f64().unwrap() - last).abs() < 1e-9, "{usage} vs last total {last}");
+    let own: u64 = results.iter().map(|l| l["usage"]["input_tokens"].as_u64().unwrap()).sum();
+    assert_eq!((usage["input_tokens"].as_u64(), usage["turns"].as_u64()), (Some(own), Some(2)), "{usage}");
     eprintln!(
         "steer: states {states:?}; gate ran 2 times; session {session} resumed; the resumed request carried {} messages",
         convo.len()

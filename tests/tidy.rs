@@ -75,9 +75,10 @@ fn no_cli_import(path: &str, src: &str) -> Vec<String> {
     if crate_deps(src).contains("cli") { vec![format!("{path}: imports `crate::cli`")] } else { vec![] }
 }
 
-/// Rule: the normalizer and the event types are pure: no I/O, no clock, no global state.
+/// Rule: the normalizer, the event types and the usage fold are pure: no I/O, no clock, no global
+/// state.
 fn pure(path: &str, src: &str) -> Vec<String> {
-    if !(path.starts_with("normalize/") || path == "events.rs") {
+    if !(path.starts_with("normalize/") || path == "events.rs" || path == "usage.rs") {
         return vec![];
     }
     const FORBIDDEN: &[(&str, &str)] = &[

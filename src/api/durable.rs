@@ -11,6 +11,7 @@ use crate::journal::{self, RunStatus, RunView, TaskState};
 use crate::liveness::{self, Liveness};
 use crate::plan::Plan;
 use crate::registry::{self, Pointer};
+use crate::usage::Usage;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -49,6 +50,8 @@ pub enum DurableError {
 pub struct Durable {
     pub home: Home,
     cache: Mutex<HashMap<String, Cached>>,
+    /// Each task log's usage fold, carried on from where it stopped while the log only grows.
+    usage: Mutex<HashMap<std::path::PathBuf, (u64, crate::usage::Tally)>>,
 }
 
 /// Everything known about one run from disk.
@@ -112,6 +115,13 @@ impl RunFiles {
             "base_branch": self.plan.as_ref().and_then(|pl| pl.base_branch.clone()),
             "status": self.view.status,
             "paused": self.view.status == RunStatus::Paused,
+            // Added with budgets: why it is paused (budget, rate_limit, operator) and the budget.
+            "pause_reason": self.view.pause.as_ref().map(|(by, _)| match by.as_str() {
+                "budget" | "rate_limit" => by.as_str(),
+                _ => "operator",
+            }),
+            "pause_detail": self.view.pause.as_ref().and_then(|(_, d)| d.clone()),
+            "budget_usd": self.view.budget_usd.or(self.plan.as_ref().and_then(|p| p.budget_usd)),
             "wave": self.current_wave(),
             "waves": self.plan.as_ref().map(|pl| pl.waves().len()),
             "tasks": self.plan.as_ref().map(|pl| pl.tasks.len()).unwrap_or(self.view.tasks.len()),
@@ -128,7 +138,7 @@ fn journal_health(v: &RunView) -> Value {
 
 impl Durable {
     pub fn new(home: Home) -> Durable {
-        Durable { home, cache: Mutex::new(HashMap::new()) }
+        Durable { home, cache: Mutex::new(HashMap::new()), usage: Mutex::new(HashMap::new()) }
     }
 
     /// `GET /runs`: every registered run, sorted by runId, as a serialized JSON array. Work is split
@@ -237,7 +247,9 @@ impl Durable {
                         return None;
                     }
                 };
-                let mut bytes = serde_json::to_vec(&files.summary()).expect("a Value always serializes");
+                let mut v = files.summary();
+                v["usage"] = json!(self.run_usage(&files).0);
+                let mut bytes = serde_json::to_vec(&v).expect("a Value always serializes");
                 bytes.pop(); // the closing brace: `live` is appended per request
                 let summary: Arc<[u8]> = bytes.into();
                 let supervisor =
@@ -250,6 +262,33 @@ impl Durable {
         };
         let live = supervisor.is_some_and(|(pid, _)| liveness::pid_alive(pid));
         Some((summary, live))
+    }
+
+    /// One task log's usage, reading only what the log gained since the last call.
+    pub fn log_usage(&self, adapter: crate::adapter::Adapter, log: &Path) -> Usage {
+        let known = self.usage.lock().unwrap_or_else(|p| p.into_inner()).remove(log);
+        let (kept, usage) = crate::spend::carry_on(known, adapter, log);
+        if let Some(k) = kept {
+            self.usage.lock().unwrap_or_else(|p| p.into_inner()).insert(log.to_path_buf(), k);
+        }
+        usage
+    }
+
+    /// Each task's usage and the run's (their sum): the plan's tasks, from their logs.
+    pub fn run_usage(&self, files: &RunFiles) -> (Usage, HashMap<TaskId, Usage>) {
+        let mut per_task = HashMap::new();
+        if let Some(plan) = &files.plan {
+            for t in &plan.tasks {
+                let log = files
+                    .view
+                    .tasks
+                    .get(&t.id)
+                    .and_then(|j| j.logfile.clone())
+                    .unwrap_or_else(|| files.pointer.default_logfile(&t.id));
+                per_task.insert(t.id.clone(), self.log_usage(t.adapter, &log));
+            }
+        }
+        (Usage::sum(per_task.values()), per_task)
     }
 
     pub fn pointer(&self, run: &RunId) -> Result<Pointer, DurableError> {
@@ -268,6 +307,8 @@ impl Durable {
         let files = self.load(run)?;
         let mut v = files.summary();
         v["live"] = Value::Bool(files.supervisor_alive());
+        let (usage, per_task) = self.run_usage(&files);
+        v["usage"] = json!(usage);
         let mut waves = Vec::new();
         if let Some(plan) = &files.plan {
             for (w, tasks) in plan.waves() {
@@ -280,6 +321,8 @@ impl Durable {
                         tv["adapter"] = json!(t.adapter);
                         tv["review"] = json!(t.review);
                         tv["gate"] = json!(t.gate);
+                        tv["usage"] = json!(per_task.get(&t.id));
+                        tv["budget_usd"] = json!(files.view.task_budgets.get(&t.id).copied().or(t.budget_usd));
                         tv
                     })
                     .collect();
@@ -370,6 +413,9 @@ impl Durable {
         v["binding"] = json!(planned);
         v["session_id"] = json!(session_id);
         v["live"] = json!(live);
+        if let Some(t) = planned {
+            v["usage"] = json!(self.log_usage(t.adapter, &logfile));
+        }
         v["logfile"] = json!(logfile);
         v["log_exists"] = json!(logfile.exists());
         v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());

@@ -309,5 +309,6 @@ async fn dispatch(
         Route::Decide(run, task, id) => verbs::decide(api, run, task, id, req, peer).await,
         Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req, peer).await,
         Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req, peer).await,
+        Route::Budget(run) => verbs::verb(api, run, None, Verb::Budget, req, peer).await,
     }
 }

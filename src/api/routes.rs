@@ -20,6 +20,8 @@ pub enum Route {
     /// The operator's decision on one (added with approvals).
     Decide(RunId, TaskId, String),
     Pause(RunId),
+    /// Added with budgets.
+    Budget(RunId),
     Resume(RunId),
 }
 
@@ -34,7 +36,12 @@ impl Route {
             | Route::Events(..)
             | Route::Approvals(_) => &["GET"],
             Route::Decide(..) => &["POST"],
-            Route::Steer(..) | Route::Kill(..) | Route::Interrupt(..) | Route::Pause(_) | Route::Resume(_) => &["POST"],
+            Route::Steer(..)
+            | Route::Kill(..)
+            | Route::Interrupt(..)
+            | Route::Pause(_)
+            | Route::Resume(_)
+            | Route::Budget(_) => &["POST"],
         }
     }
 }
@@ -90,6 +97,7 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs"] => Route::Runs,
         ["runs", r] => Route::Run(run(r)?),
         ["runs", r, "pause"] => Route::Pause(run(r)?),
+        ["runs", r, "budget"] => Route::Budget(run(r)?),
         ["runs", r, "resume"] => Route::Resume(run(r)?),
         ["runs", r, "tasks", t] => Route::Task(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "stream"] => Route::Stream(run(r)?, task(t)?),

@@ -86,12 +86,19 @@ struct Asked {
     by: String,
     msg: Option<String>,
     interrupt: bool,
+    /// budget: the new budget and the task it is for (absent: the run's).
+    usd: Option<f64>,
+    budget_task: Option<TaskId>,
 }
 
 /// Checks the body of `verb`. On a refusal, also returns what could be read of `by` and `msg`, for
 /// the record.
 async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refusal, Option<String>, Option<String>)> {
-    let allowed: &[&str] = if verb == Verb::Steer { &["msg", "interrupt", "by"] } else { &["by"] };
+    let allowed: &[&str] = match verb {
+        Verb::Steer => &["msg", "interrupt", "by"],
+        Verb::Budget => &["usd", "task", "by"],
+        _ => &["by"],
+    };
     let body = json_body(req, allowed).await.map_err(|r| (r, None, None))?;
     let raw_msg = body.get("msg").and_then(Value::as_str).map(str::to_string);
     let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::journal::clip_by);
@@ -101,8 +108,19 @@ async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
     if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
         return Err(fail(bad("field by must be 1 to 64 characters")));
     }
+    if verb == Verb::Budget {
+        let usd = match body.get("usd") {
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f.is_finite() && f > 0.0) => n.as_f64(),
+            _ => return Err(fail(bad("field usd is required: the new budget, a positive number of US dollars"))),
+        };
+        let budget_task = match field_str(&body, "task").map_err(fail)? {
+            None => None,
+            Some(t) => Some(TaskId::parse(&t).map_err(|e| fail(bad(format!("field task: {e}"))))?),
+        };
+        return Ok(Asked { by, msg: None, interrupt: false, usd, budget_task });
+    }
     if verb != Verb::Steer {
-        return Ok(Asked { by, msg: None, interrupt: false });
+        return Ok(Asked { by, msg: None, interrupt: false, usd: None, budget_task: None });
     }
     let msg = field_str(&body, "msg")
         .map_err(fail)?
@@ -113,7 +131,7 @@ async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(fail(bad("field interrupt must be a boolean"))),
     };
-    Ok(Asked { by, msg: Some(msg), interrupt })
+    Ok(Asked { by, msg: Some(msg), interrupt, usd: None, budget_task: None })
 }
 
 /// Handles one verb. `task` for steer/kill; `peer` is the connection's uid where known. Every
@@ -155,7 +173,7 @@ pub async fn verb(
             }
         }
     };
-    let Asked { by, msg, interrupt } = match asked(verb, req).await {
+    let Asked { by, msg, interrupt, usd, budget_task } = match asked(verb, req).await {
         Ok(a) => a,
         Err((r, by, msg)) => return Err(refused(r, by, msg).await),
     };
@@ -195,6 +213,7 @@ pub async fn verb(
         (Verb::Resume, _) => Request::Resume { by: Some(by) },
         (Verb::Stop, _) => Request::Stop { by: Some(by) },
         (Verb::End, _) => Request::End { by: Some(by) },
+        (Verb::Budget, _) => Request::Budget { usd: usd.unwrap_or_default(), task: budget_task, by: Some(by) },
         (Verb::Steer | Verb::Kill | Verb::Interrupt | Verb::Other, _) => {
             return Err(refused(bad(format!("{verb} is not a verb of this route")), Some(by), msg).await);
         }

@@ -210,6 +210,17 @@ enum Cmd {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Set a run's budget in US dollars (or a task's, with --task); a run paused by its budget
+    /// resumes once no budget is reached.
+    Budget {
+        run: String,
+        /// The new budget, US dollars (e.g. 5 or 2.50).
+        usd: f64,
+        #[arg(long)]
+        task: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Stop a supervised run: kill its running tasks; the run ends failed.
     Stop { run: String },
     /// Ask a run's supervisor for its status (over the control socket).
@@ -513,6 +524,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Interrupt { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "interrupt", cli_by()),
         Cmd::Pause { run, api } => remote::run_verb(&api.client()?, &run, "pause"),
         Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
+        Cmd::Budget { run, usd, task, api } => remote::budget(&api.client()?, &run, usd, task),
         Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
         Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
         Cmd::Clean { run } => local::clean(&run),

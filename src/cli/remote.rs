@@ -216,6 +216,19 @@ pub(super) fn run_verb(c: &Client, run: &str, verb: &str) -> Result<(), CliError
     post(c, &format!("/runs/{run}/{verb}"), super::cli_by())
 }
 
+/// `harness budget`: POST /runs/:runId/budget.
+pub(super) fn budget(c: &Client, run: &str, usd: f64, task: Option<String>) -> Result<(), CliError> {
+    let run = RunId::parse(run).map_err(usage)?;
+    if !(usd.is_finite() && usd > 0.0) {
+        return Err(usage(format!("the budget must be a positive number of US dollars, got {usd}")));
+    }
+    let mut body = serde_json::json!({"usd": usd, "by": "cli"});
+    if let Some(t) = task {
+        body["task"] = serde_json::json!(t);
+    }
+    post(c, &format!("/runs/{run}/budget"), body)
+}
+
 /// The verbs the CLI sends straight to the supervisor's socket.
 pub(super) enum SocketVerb {
     Stop,

@@ -123,6 +123,12 @@ pub struct RunView {
     /// only `queued`.
     #[serde(skip)]
     pub control_ids: BTreeMap<String, Outcome>,
+    /// Who paused the run (`budget`, `rate_limit`, an operator's `by`) and why, while it is paused.
+    pub pause: Option<(String, Option<String>)>,
+    /// Budgets set by the `budget` verb (US dollars): the run's, and each task's. They replace the
+    /// plan's.
+    pub budget_usd: Option<f64>,
+    pub task_budgets: BTreeMap<TaskId, f64>,
 }
 
 impl Default for RunView {
@@ -138,6 +144,9 @@ impl Default for RunView {
             torn_tail: None,
             last_ts: None,
             control_ids: BTreeMap::new(),
+            pause: None,
+            budget_usd: None,
+            task_budgets: BTreeMap::new(),
         }
     }
 }
@@ -157,7 +166,9 @@ impl RunView {
                     (_, RunEvent::Resumed) => RunStatus::Running,
                     (_, RunEvent::Finished) => RunStatus::Finished,
                     (_, RunEvent::Failed) => RunStatus::Failed,
-                }
+                };
+                self.pause = (self.status == RunStatus::Paused)
+                    .then(|| (r.by.clone().unwrap_or_else(|| "operator".into()), r.detail.clone()));
             }
             Body::Task(t) => {
                 let prev = self.tasks.get(&t.task).map(|v| v.state);
@@ -232,6 +243,14 @@ impl RunView {
             Body::Control(c) => {
                 if let Some(id) = &c.id {
                     self.control_ids.insert(id.clone(), c.outcome);
+                }
+                if let (Verb::Budget, Outcome::Accepted, Some(usd)) = (c.verb, c.outcome, c.usd) {
+                    match &c.task {
+                        Some(t) => {
+                            self.task_budgets.insert(t.clone(), usd);
+                        }
+                        None => self.budget_usd = Some(usd),
+                    }
                 }
                 if c.verb != Verb::Steer {
                     return;

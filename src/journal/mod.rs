@@ -134,6 +134,7 @@ mod tests {
             outcome,
             id: Some(id.into()),
             detail: None,
+            usd: None,
         };
         j.append(&steer(Outcome::Queued, "a").into()).unwrap();
         j.append(&steer(Outcome::Queued, "b").into()).unwrap();

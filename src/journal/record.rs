@@ -101,6 +101,8 @@ pub enum Verb {
     Interrupt,
     /// Ends a session (`harness session end`): its live channel closes once no turn runs (added).
     End,
+    /// Sets the run's (or a task's) budget in US dollars, `usd` (added with budgets).
+    Budget,
     /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
     /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
     /// its request was read); its `detail` says what it was. Never a verb anyone can send.
@@ -144,6 +146,7 @@ impl Verb {
             Verb::Stop => "stop",
             Verb::Interrupt => "interrupt",
             Verb::End => "end",
+            Verb::Budget => "budget",
             Verb::Other => "other",
         }
     }
@@ -287,6 +290,9 @@ pub struct ControlRecord {
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// A budget verb's new budget, US dollars (added with budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
 }
 
 impl Record {
@@ -302,7 +308,17 @@ impl Record {
     }
     /// A control record with only its required fields; set the others with struct update.
     pub fn control(verb: Verb, by: &str, outcome: Outcome) -> ControlRecord {
-        ControlRecord { verb, task: None, msg: None, interrupt: None, by: by.into(), outcome, id: None, detail: None }
+        ControlRecord {
+            verb,
+            task: None,
+            msg: None,
+            interrupt: None,
+            by: by.into(),
+            outcome,
+            id: None,
+            detail: None,
+            usd: None,
+        }
     }
     pub fn task(task: &TaskId, state: TaskState) -> TaskRecord {
         TaskRecord {

@@ -65,6 +65,13 @@ pub enum Request {
     End {
         by: Option<String>,
     },
+    /// Sets the run's budget, or `task`'s, to `usd` US dollars; a run paused by a budget its spend
+    /// no longer reaches resumes (added with budgets).
+    Budget {
+        usd: f64,
+        task: Option<TaskId>,
+        by: Option<String>,
+    },
     /// The operator's decision on an asked call (added with approvals).
     Decide {
         task: TaskId,
@@ -89,6 +96,7 @@ impl Request {
             Request::Ask { .. } => "ask",
             Request::Decide { .. } => "decide",
             Request::End { .. } => "end",
+            Request::Budget { .. } => "budget",
         }
     }
 
@@ -104,7 +112,8 @@ impl Request {
             | Request::Interrupt { by, .. }
             | Request::Ask { by, .. }
             | Request::Decide { by, .. }
-            | Request::End { by } => by.as_deref(),
+            | Request::End { by }
+            | Request::Budget { by, .. } => by.as_deref(),
         }
     }
 
@@ -116,6 +125,7 @@ impl Request {
             | Request::Interrupt { task, .. }
             | Request::Ask { task, .. }
             | Request::Decide { task, .. } => Some(task),
+            Request::Budget { task, .. } => task.as_ref(),
             _ => None,
         }
     }
@@ -148,6 +158,9 @@ struct Wire {
     decision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+    // Added with budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usd: Option<f64>,
 }
 
 impl TryFrom<Wire> for Request {
@@ -166,6 +179,7 @@ impl TryFrom<Wire> for Request {
                 ("id", w.id.is_some()),
                 ("decision", w.decision.is_some()),
                 ("message", w.message.is_some()),
+                ("usd", w.usd.is_some()),
             ];
             match given.iter().find(|(name, set)| *set && !allowed.contains(name)) {
                 Some((name, _)) => Err(format!("field {name} does not apply to {verb}")),
@@ -183,6 +197,15 @@ impl TryFrom<Wire> for Request {
             "resume" => only(&[]).map(|_| Request::Resume { by })?,
             "stop" => only(&[]).map(|_| Request::Stop { by })?,
             "end" => only(&[]).map(|_| Request::End { by })?,
+            "budget" => {
+                only(&["task", "usd"])?;
+                let usd = w.usd.filter(|u| u.is_finite() && *u > 0.0).ok_or("budget needs usd: a positive number")?;
+                let task = match &w.task {
+                    Some(raw) => Some(TaskId::parse(raw).map_err(|e| e.to_string())?),
+                    None => None,
+                };
+                Request::Budget { usd, task, by }
+            }
             "kill" => {
                 only(&["task"])?;
                 Request::Kill { task: task()?, by }
@@ -213,7 +236,7 @@ impl TryFrom<Wire> for Request {
             }
             other => {
                 return Err(format!(
-                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop, status, ask, decide or end"
+                    "unknown verb {other:?}: expected kill, steer, interrupt, pause, resume, stop, status, ask, decide, end or budget"
                 ));
             }
         })
@@ -235,6 +258,7 @@ impl From<Request> for Wire {
             id: None,
             decision: None,
             message: None,
+            usd: None,
         };
         match r {
             Request::Status { by }
@@ -242,6 +266,11 @@ impl From<Request> for Wire {
             | Request::Resume { by }
             | Request::Stop { by }
             | Request::End { by } => w.by = by,
+            Request::Budget { usd, task, by } => {
+                w.usd = Some(usd);
+                w.task = task.map(|t| t.to_string());
+                w.by = by;
+            }
             Request::Kill { task, by } | Request::Interrupt { task, by } => {
                 w.task = Some(task.to_string());
                 w.by = by;
@@ -362,6 +391,14 @@ pub enum Answer {
         ok: True,
         paused: bool,
         running: usize,
+    },
+    /// A budget set (added with budgets); `spent_usd` is the run's spend so far.
+    Budget {
+        budget_usd: f64,
+        detail: String,
+        ok: True,
+        paused: bool,
+        spent_usd: Option<f64>,
     },
     /// The decision on an asked call, as claude's permission answer (`{"behavior":"allow"}` or
     /// `{"behavior":"deny","message":…}`). Before `Stop` (added with approvals).
@@ -594,6 +631,7 @@ impl Sketch {
             Request::Interrupt { .. } => Verb::Interrupt,
             Request::Ask { .. } | Request::Decide { .. } => Verb::Other,
             Request::End { .. } => Verb::End,
+            Request::Budget { .. } => Verb::Budget,
         };
         let msg = match req {
             Request::Steer { msg, .. } => Some(msg.clone()),
@@ -630,6 +668,7 @@ fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
         Some("stop") => Verb::Stop,
         Some("interrupt") => Verb::Interrupt,
         Some("end") => Verb::End,
+        Some("budget") => Verb::Budget,
         _ => Verb::Other,
     };
     let by = by_uid.map(str::to_string).or_else(|| s("by").filter(|b| !b.is_empty()).map(crate::journal::clip_by));

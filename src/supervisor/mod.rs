@@ -8,6 +8,7 @@
 //! it through channels, so there is no lock around run state.
 
 mod approvals;
+mod budget;
 pub mod control;
 pub mod kill;
 mod live;
@@ -170,6 +171,8 @@ struct Scheduler {
     /// Tasks whose journal write failed: not dispatched again by this process.
     broken: HashMap<TaskId, String>,
     idle_since: Option<Instant>,
+    /// The task logs' usage folds, for budgets.
+    tallies: crate::spend::LogTallies,
 }
 
 /// Runs (or recovers) the run `run_id` until it finishes, fails, or `shutdown` resolves.
@@ -235,6 +238,7 @@ pub async fn supervise(
         kill_replies: HashMap::new(),
         broken: HashMap::new(),
         idle_since: None,
+        tallies: Default::default(),
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     let ending = s.serve(listener, shutdown).await?;
@@ -521,6 +525,7 @@ impl Scheduler {
             self.kill_answered(&task, k.reply, k.started);
         }
         tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %task, end = ?end, "task pipeline ended");
+        self.check_budget();
     }
 
     /// A pipeline that panicked (or was cancelled) outside the journal: its task is journaled

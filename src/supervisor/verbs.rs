@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use super::control::{DEFAULT_BY, Sketch};
 
 impl Scheduler {
-    fn journal_control(&self, rec: ControlRecord) -> Result<(), Refusal> {
+    pub(super) fn journal_control(&self, rec: ControlRecord) -> Result<(), Refusal> {
         self.ctx
             .journal
             .append(&rec.into())
@@ -50,6 +50,7 @@ impl Scheduler {
             Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
             Request::Interrupt { task, .. } => self.interrupt_turn(task, &by),
             Request::End { .. } => self.end_session(&by),
+            Request::Budget { usd, task, .. } => self.set_budget(*usd, task.as_ref(), &by),
             Request::Ask { task, tool, input, tool_use_id, .. } => {
                 match self.ask(task, (tool, input), tool_use_id.as_deref(), reply) {
                     Ok(()) => return, // answered now or when decided

@@ -1,0 +1,85 @@
+//! Spend: each task log's usage (`crate::usage`), read incrementally — only what a log gained since
+//! the last look is read — for the API's views and the supervisor's budgets; and the budget check.
+
+use crate::adapter::Adapter;
+use crate::usage::{Tally, Usage};
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The usage folds of many logs, each carried on while its log only grows (same inode, not shorter).
+#[derive(Default)]
+pub struct LogTallies {
+    folds: HashMap<PathBuf, (u64, Tally)>,
+}
+
+impl LogTallies {
+    /// `log`'s usage now. A missing log has used nothing.
+    pub fn usage(&mut self, adapter: Adapter, log: &Path) -> Usage {
+        let (kept, usage) = carry_on(self.folds.remove(log), adapter, log);
+        if let Some(k) = kept {
+            self.folds.insert(log.to_path_buf(), k);
+        }
+        usage
+    }
+}
+
+/// Carries `known` (a log's inode and fold) on to the log's current end, or starts afresh when the
+/// log was replaced or shortened: the fold to keep, and the usage. Callers that share folds between
+/// threads hold no lock while this reads.
+pub fn carry_on(known: Option<(u64, Tally)>, adapter: Adapter, log: &Path) -> (Option<(u64, Tally)>, Usage) {
+    let Ok(meta) = std::fs::metadata(log) else { return (None, Tally::new(adapter).usage()) };
+    let tally = match known {
+        Some((ino, t)) if ino == meta.ino() && t.offset <= meta.len() => t,
+        _ => Tally::new(adapter),
+    };
+    let tally = advance(tally, log, meta.len());
+    let usage = tally.usage();
+    (Some((meta.ino(), tally)), usage)
+}
+
+fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
+    if tally.offset < len
+        && let Ok(mut f) = std::fs::File::open(log)
+        && f.seek(SeekFrom::Start(tally.offset)).is_ok()
+    {
+        let mut buf = Vec::new();
+        if f.take(len - tally.offset).read_to_end(&mut buf).is_ok() {
+            tally.feed(&buf);
+        }
+    }
+    tally
+}
+
+/// A budget that a sum has reached: what, how much was spent, and the budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crossed {
+    /// `None` for the run's budget, else the task's.
+    pub task: Option<crate::ids::TaskId>,
+    pub spent: f64,
+    pub budget: f64,
+}
+
+impl Crossed {
+    pub fn detail(&self) -> String {
+        match &self.task {
+            None => format!("budget: the run spent ${:.4} of its ${:.4} budget", self.spent, self.budget),
+            Some(t) => format!("budget: task {t} spent ${:.4} of its ${:.4} budget", self.spent, self.budget),
+        }
+    }
+}
+
+/// The first budget (the run's, then each task's in plan order) that its spend has reached.
+pub fn crossed(run: (&Usage, Option<f64>), tasks: &[(crate::ids::TaskId, &Usage, Option<f64>)]) -> Option<Crossed> {
+    let reached = |u: &Usage, b: Option<f64>| match (u.cost_usd, b) {
+        (Some(spent), Some(budget)) if spent >= budget => Some((spent, budget)),
+        _ => None,
+    };
+    if let Some((spent, budget)) = reached(run.0, run.1) {
+        return Some(Crossed { task: None, spent, budget });
+    }
+    tasks
+        .iter()
+        .find_map(|(t, u, b)| reached(u, *b).map(|(spent, budget)| Crossed { task: Some(t.clone()), spent, budget }))
+}
