@@ -206,6 +206,12 @@ fn narration(rec: &crate::journal::Record) -> String {
             crate::journal::approval_state_str(a.state),
             a.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
         ),
+        Body::Attention(a) => format!(
+            "{t}  {:<6} {}{}",
+            a.task.as_str(),
+            a.attention,
+            a.detail.as_ref().map(|d| format!("  ({d})")).unwrap_or_default()
+        ),
     }
 }
 

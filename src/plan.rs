@@ -92,7 +92,43 @@ pub struct Plan {
     /// What a crossed budget does besides pausing: `pause` (default: running turns finish) or `kill`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_budget: Option<OnBudget>,
+    /// Seconds a running turn's log may stay still before the turn is marked stalled (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_after: Option<u64>,
+    /// What a stall does besides its attention mark: `mark` (default) or `kill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_stall: Option<OnStall>,
     pub tasks: Vec<Task>,
+}
+
+/// What a stalled turn gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStall {
+    /// An attention record, once per stall.
+    Mark,
+    /// The mark, and the turn is killed (journaled as by `stall`).
+    Kill,
+}
+
+/// The default `stall_after`.
+pub const STALL_AFTER_DEFAULT: u64 = 600;
+
+/// A duration field: `"10m"` or seconds, from 1 s to 24 h.
+fn parse_duration_field(field: &str, v: Option<&Value>, errs: &mut Vec<String>) -> Option<u64> {
+    let bad = |errs: &mut Vec<String>, got: String| {
+        errs.push(format!("{field}: a duration from 1s to 24h (\"10m\", or seconds), got {got}"));
+        None
+    };
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) => n.as_u64(),
+        Some(Value::String(s)) => match humantime::parse_duration(s) {
+            Ok(d) if (1..=86_400).contains(&d.as_secs()) => Some(d.as_secs()),
+            _ => bad(errs, format!("{s:?}")),
+        },
+        Some(v) => bad(errs, v.to_string()),
+    }
 }
 
 /// What a crossed budget does to the turns still running.
@@ -146,7 +182,7 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 15] = [
+const TOP_FIELDS: [&str; 17] = [
     "v",
     "slug",
     "base_branch",
@@ -161,6 +197,8 @@ const TOP_FIELDS: [&str; 15] = [
     "session",
     "budget_usd",
     "on_budget",
+    "stall_after",
+    "on_stall",
     "tasks",
 ];
 const TASK_FIELDS: [&str; 11] =
@@ -320,6 +358,16 @@ impl Plan {
                 None
             }
         };
+        let stall_after = parse_duration_field("stall_after", obj.get("stall_after"), &mut errs);
+        let on_stall = match obj.get("on_stall") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "mark" => Some(OnStall::Mark),
+            Some(Value::String(s)) if s == "kill" => Some(OnStall::Kill),
+            Some(v) => {
+                errs.push(format!("on_stall: expected \"mark\" or \"kill\", got {v}"));
+                None
+            }
+        };
         let session = match obj.get("session") {
             None | Some(Value::Null) => None,
             Some(Value::Object(o)) => {
@@ -388,6 +436,8 @@ impl Plan {
                 session,
                 budget_usd,
                 on_budget,
+                stall_after,
+                on_stall,
                 tasks,
             }),
             _ => Err(PlanError::Invalid(errs)),
@@ -431,6 +481,11 @@ impl Plan {
     /// `task`'s allowed tools (claude rules), when the plan says; else the wrappers' default applies.
     pub fn allowed_tools<'a>(&'a self, task: &'a Task) -> Option<&'a [String]> {
         task.allowed_tools.as_deref().or(self.allowed_tools.as_deref())
+    }
+
+    /// How long a running turn's log may stay still before the turn is marked stalled.
+    pub fn stall_after(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.stall_after.unwrap_or(STALL_AFTER_DEFAULT))
     }
 
     /// How long an asked call waits for a decision.

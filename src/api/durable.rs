@@ -344,6 +344,7 @@ impl Durable {
             .collect();
         v["unplanned_tasks"] = json!(unplanned);
         v["pending_steers"] = json!(files.view.pending_steers.len());
+        v["attention"] = json!(files.view.attention);
         v["journal"]["bad_line_list"] = json!(files.view.bad_lines);
         v["journal"]["torn_tail_line"] = json!(files.view.torn_tail);
         v["paths"] = json!({
@@ -389,7 +390,17 @@ impl Durable {
         let secs_since = |ts: &str| {
             humantime::parse_rfc3339_weak(ts).ok().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs_f64())
         };
+        let logfile = journaled
+            .and_then(|j| j.logfile.clone())
+            .or_else(|| live_rec.map(|l| l.logfile.clone()))
+            .unwrap_or_else(|| files.pointer.default_logfile(task));
+        // The engine's last output is when its log last grew (the liveness cache does not hold it).
+        let log_mtime = std::fs::metadata(&logfile)
+            .and_then(|m| m.modified())
+            .ok()
+            .map(|t| humantime::format_rfc3339_millis(t).to_string());
         let live = live_rec.map(|l| {
+            let last_output = l.last_output_ts.clone().or_else(|| log_mtime.clone());
             json!({
                 "pid": l.pid,
                 "pgid": l.pgid,
@@ -397,14 +408,10 @@ impl Durable {
                 "state": l.state,
                 "started_ts": l.started_ts,
                 "runtime_s": secs_since(&l.started_ts),
-                "last_output_ts": l.last_output_ts,
-                "idle_s": l.last_output_ts.as_deref().and_then(secs_since),
+                "idle_s": last_output.as_deref().and_then(secs_since),
+                "last_output_ts": last_output,
             })
         });
-        let logfile = journaled
-            .and_then(|j| j.logfile.clone())
-            .or_else(|| live_rec.map(|l| l.logfile.clone()))
-            .unwrap_or_else(|| files.pointer.default_logfile(task));
         let session_id =
             journaled.and_then(|j| j.session_id.clone()).or_else(|| live_rec.and_then(|l| l.session_id.clone()));
         let mut v = task_state_json(&files.view, task);
@@ -421,6 +428,8 @@ impl Durable {
         v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
         // Added with the live channel: every steer of the task and where it stands.
         v["steers"] = json!(files.view.steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
+        // Added with stalls: the task's attention marks.
+        v["attention"] = json!(files.view.attention.iter().filter(|a| &a.task == task).collect::<Vec<_>>());
         v["supervised"] = json!(files.supervisor_alive());
         self.add_worktree(&mut v, run, task);
         Ok(v)

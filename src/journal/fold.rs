@@ -129,6 +129,20 @@ pub struct RunView {
     /// plan's.
     pub budget_usd: Option<f64>,
     pub task_budgets: BTreeMap<TaskId, f64>,
+    /// Attention marks (stalls), oldest first.
+    pub attention: Vec<AttentionView>,
+}
+
+/// An attention mark as the views show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttentionView {
+    pub attention: String,
+    pub task: TaskId,
+    pub idle_s: Option<u64>,
+    pub detail: Option<String>,
+    pub ts: String,
+    /// The journal line (1-based) that holds it.
+    pub line: u64,
 }
 
 impl Default for RunView {
@@ -147,6 +161,7 @@ impl Default for RunView {
             pause: None,
             budget_usd: None,
             task_budgets: BTreeMap::new(),
+            attention: Vec::new(),
         }
     }
 }
@@ -210,6 +225,14 @@ impl RunView {
                     entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
                 }
             }
+            Body::Attention(a) => self.attention.push(AttentionView {
+                attention: a.attention.clone(),
+                task: a.task.clone(),
+                idle_s: a.idle_s,
+                detail: a.detail.clone(),
+                ts: rec.ts.clone(),
+                line,
+            }),
             Body::Approval(a) => {
                 let v = self.approvals.entry(a.id.clone()).or_insert_with(|| ApprovalView {
                     id: a.id.clone(),

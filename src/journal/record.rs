@@ -188,6 +188,21 @@ pub enum Body {
     Control(ControlRecord),
     /// A tool call asked of the operator, and what became of it (added with approvals).
     Approval(ApprovalRecord),
+    /// Something that needs a person (added with stalls): `kind` says what, e.g. `stalled`.
+    Attention(AttentionRecord),
+}
+
+/// A mark for a person's attention, journaled once per occurrence (added with stalls).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttentionRecord {
+    /// `stalled`: a running turn's log has not grown for the plan's `stall_after`.
+    pub attention: String,
+    pub task: TaskId,
+    /// Seconds without output, for a stall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Where an asked tool call stands.
@@ -386,7 +401,7 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
             }
             Ok(())
         }
-        Body::Run(_) => Ok(()),
+        Body::Run(_) | Body::Attention(_) => Ok(()),
         Body::Approval(a) => {
             if a.id.is_empty() {
                 return Err(JournalError::Invalid("an approval needs an id".into()));

@@ -14,6 +14,7 @@ pub mod kill;
 mod live;
 mod pipeline;
 mod recover;
+mod stall;
 mod verbs;
 
 use crate::home::{Home, HomeError};
@@ -173,6 +174,8 @@ struct Scheduler {
     idle_since: Option<Instant>,
     /// The task logs' usage folds, for budgets.
     tallies: crate::spend::LogTallies,
+    /// Each stalled turn's last output when its stall was marked (one mark per stall).
+    stalled: HashMap<TaskId, std::time::SystemTime>,
 }
 
 /// Runs (or recovers) the run `run_id` until it finishes, fails, or `shutdown` resolves.
@@ -239,6 +242,7 @@ pub async fn supervise(
         broken: HashMap::new(),
         idle_since: None,
         tallies: Default::default(),
+        stalled: HashMap::new(),
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     let ending = s.serve(listener, shutdown).await?;
@@ -296,6 +300,8 @@ impl Scheduler {
         tokio::pin!(shutdown);
         let mut watchdog =
             tokio::time::interval(crate::service::watchdog_interval().unwrap_or(timeouts::SUPERVISOR_WATCHDOG));
+        let mut stall_watch = tokio::time::interval(stall::period(self.ctx.plan.stall_after()));
+        stall_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             if let Some(end) = self.dispatch() {
                 break end;
@@ -308,6 +314,7 @@ impl Scheduler {
                     crate::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
                 }
                 Some(env) = rx.recv(), if server.is_some() => self.handle(env).await,
+                _ = stall_watch.tick(), if self.running_count() > 0 => self.check_stalls(),
                 Some(done) = self.pipelines.join_next_with_id(), if !self.pipelines.is_empty() => self.finished(done),
                 _ = tokio::time::sleep(linger.unwrap_or(Duration::from_secs(3600))), if linger.is_some() => {
                     let detail = self.idle_reason();

@@ -59,6 +59,9 @@ pub(crate) struct Proc {
     pub interrupted_by: Option<String>,
     /// The running live turn's driver (`None`: no live turn runs now, or it is closing).
     pub live: Option<tokio::sync::mpsc::Sender<super::live::LiveCmd>>,
+    /// While the engine's turn runs (not its gate, review or commit): its log and when it started,
+    /// for the stall watch.
+    pub turn: Option<(PathBuf, std::time::SystemTime)>,
 }
 
 /// Where a pipeline starts.
@@ -94,6 +97,12 @@ type Step<T> = Result<T, End>;
 const SESSION_MAX_S: u64 = 7 * 86_400;
 
 impl Ctx {
+    fn set_turn(&self, task: &TaskId, turn: Option<(PathBuf, std::time::SystemTime)>) {
+        if let Some(p) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get_mut(task) {
+            p.turn = turn;
+        }
+    }
+
     fn killed_by(&self, task: &TaskId) -> Option<String> {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).get(task).and_then(|p| p.killed_by.clone())
     }
@@ -439,10 +448,12 @@ async fn turn(
         }
     }
     let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
+    ctx.set_turn(id, Some((logfile.clone(), std::time::SystemTime::now())));
     let ran = match &fifo {
         None => ctx.run_child(id, cmd, &logfile, known_session.as_deref(), LiveState::Leased, None).await,
         Some(fifo) => live_turn(ctx, id, cmd, fifo, prompt, &logfile, offset, known_session.as_deref()).await,
     };
+    ctx.set_turn(id, None);
     if let Some(f) = &fifo {
         let _ = std::fs::remove_file(f);
     }

@@ -216,7 +216,7 @@ impl Scheduler {
         }));
     }
 
-    fn signal_kill(&self, task: &TaskId, by: &str) {
+    pub(super) fn signal_kill(&self, task: &TaskId, by: &str) {
         let mut running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = running.get_mut(task) {
             p.killed_by = Some(by.to_string());
