@@ -22,6 +22,7 @@ pub mod journal;
 pub mod launchd;
 pub mod liveness;
 pub mod normalize;
+pub mod notify;
 pub mod peer;
 pub mod plan;
 pub mod registry;

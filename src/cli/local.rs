@@ -208,3 +208,29 @@ pub(super) fn uninstall(unit_dir: Option<&Path>) -> Result<(), CliError> {
     out(&crate::install::uninstall(unit_dir).map_err(CliError::Failed)?);
     Ok(())
 }
+
+/// `harness notify test`: a sample to every hook; exit 1 when one failed.
+pub(super) fn notify_test() -> Result<(), CliError> {
+    let home = home()?;
+    let hooks = crate::notify::load(&home.root).map_err(CliError::Failed)?.ok_or_else(|| {
+        CliError::Usage(format!("no {}: nothing to test (spec/NOTIFY.md)", home.root.join("notify.json").display()))
+    })?;
+    if hooks.is_empty() {
+        return Err(CliError::Usage("notify.json has no hooks".into()));
+    }
+    let sample = crate::notify::sample();
+    let mut failed = 0;
+    for h in &hooks {
+        match crate::notify::deliver(h, &sample) {
+            Ok(()) => crate::term::out(&format!("ok      {}", h.label())),
+            Err(e) => {
+                failed += 1;
+                crate::term::out(&format!("FAILED  {}: {e}", h.label()));
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(CliError::Failed(format!("{failed} of {} hook(s) failed", hooks.len())));
+    }
+    Ok(())
+}

@@ -272,6 +272,9 @@ enum Cmd {
     /// Interactive claude sessions on the live channel.
     #[command(subcommand)]
     Session(SessionCmd),
+    /// Notifications ($HARNESS_HOME/notify.json; spec/NOTIFY.md).
+    #[command(subcommand)]
+    Notify(NotifyCmd),
     /// The MCP permission tool a batch claude turn asks through (started by claude; not for people).
     #[command(hide = true)]
     ApprovalMcp {
@@ -398,6 +401,12 @@ enum SessionCmd {
     },
     /// End a session: claude finishes its turn and exits; the gate and commit follow.
     End { run: String },
+}
+
+#[derive(Subcommand)]
+enum NotifyCmd {
+    /// Send a sample notification to every hook, once each, and say how each went.
+    Test,
 }
 
 #[derive(Subcommand)]
@@ -533,6 +542,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             local::inbox_append(&run, verb, task.as_deref(), msg, interrupt, &by)
         }
         Cmd::Inbox(InboxCmd::Take { run }) => local::inbox_take(&run),
+        Cmd::Notify(NotifyCmd::Test) => local::notify_test(),
         Cmd::NormalizeEvents { adapter, run, task, session, first_line, observed_ts } => {
             start::normalize_events(adapter, &run, &task, session.as_deref(), first_line, observed_ts.as_deref())
         }

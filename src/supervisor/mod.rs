@@ -12,6 +12,7 @@ mod budget;
 pub mod control;
 pub mod kill;
 mod live;
+mod notifier;
 mod pipeline;
 mod recover;
 mod stall;
@@ -212,6 +213,13 @@ pub async fn supervise(
         listener.as_ref().and_then(|l| l.local_addr().ok()).and_then(|a| a.as_pathname().map(PathBuf::from));
     let liveness_path = (!opts.batch).then(|| pointer.liveness_path());
     let plan_isolation = plan.isolation();
+    // Notifications beside the scheduler, from the first record this supervisor sees.
+    let notifier = notifier::spawn(
+        home.root.clone(),
+        run_id.clone(),
+        pointer.journal_path(),
+        pointer.runstate_dir.join(format!("{}.notify.json", pointer.slug)),
+    );
     let run_wt = pointer.worktree.clone();
     let ctx = Arc::new(Ctx {
         run_id: run_id.clone(),
@@ -246,6 +254,9 @@ pub async fn supervise(
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     let ending = s.serve(listener, shutdown).await?;
+    // The run's last records (finished, failed) are notified before this supervisor exits.
+    let _ = notifier.stop.send(true);
+    let _ = tokio::time::timeout(notifier::DRAIN + Duration::from_secs(1), notifier.task).await;
     if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
         // The run is over: no task worktree or task branch outlives it.
         let (h, r, w) = (home.clone(), run_id.clone(), run_wt.clone());

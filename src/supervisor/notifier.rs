@@ -1,0 +1,151 @@
+//! The run's notifier: tails the run's journal and delivers each attention-worthy record
+//! (`crate::notify::event_of`) to the hooks of `$HARNESS_HOME/notify.json` that want its kind.
+//! At least once: the mark (`<runstate>/<slug>.notify.json`: the journal line and byte up to which
+//! every delivery was made or given up) is written after each delivered line, so a supervisor that
+//! dies mid-delivery redelivers only that line. Deduplicated on our side: one record, one id, one
+//! successful delivery per hook. Retries back off (0.5, 1, 2, 4, 8 s); a hook that still fails is
+//! logged to journald and skipped. It runs beside the scheduler and never blocks or fails the run.
+
+use crate::ids::RunId;
+use crate::notify::{self, Event, Hook};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Waits between the attempts of one delivery.
+const BACKOFF: [Duration; 5] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+];
+/// How often the journal is looked at.
+const POLL: Duration = Duration::from_millis(200);
+/// How long a supervisor that is ending waits for the last notifications.
+pub(super) const DRAIN: Duration = Duration::from_secs(30);
+
+#[derive(serde::Serialize, serde::Deserialize, Default, Clone, Copy)]
+struct Mark {
+    /// Lines of the journal handled (the next one to look at is `line + 1`).
+    line: u64,
+    /// Their bytes.
+    offset: u64,
+}
+
+pub(super) struct Notifier {
+    pub stop: watch::Sender<bool>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the notifier of `run`. A run seen for the first time starts at its journal's end.
+pub(super) fn spawn(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf) -> Notifier {
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(serve(home, run, journal, mark_path, stopped));
+    Notifier { stop, task }
+}
+
+fn read_mark(path: &Path, journal: &Path) -> Mark {
+    if let Some(m) = std::fs::read(path).ok().and_then(|b| serde_json::from_slice::<Mark>(&b).ok()) {
+        return m;
+    }
+    // First start: from the end (what happened before this run had a notifier is not news).
+    let bytes = std::fs::read(journal).unwrap_or_default();
+    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    Mark { line: bytes[..end].iter().filter(|b| **b == b'\n').count() as u64, offset: end as u64 }
+}
+
+async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, mut stopped: watch::Receiver<bool>) {
+    let mut mark = read_mark(&mark_path, &journal);
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    loop {
+        let hooks = match notify::load(&home) {
+            Ok(h) => h.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(RUN_ID = %run, error = %e, "notify.json is invalid: no notifications until it is fixed");
+                Vec::new()
+            }
+        };
+        let caught_up = step(&run, &journal, &mark_path, &mut mark, &hooks).await;
+        if let Some(until) = drain_until {
+            if caught_up || tokio::time::Instant::now() >= until {
+                if !caught_up {
+                    tracing::warn!(RUN_ID = %run, "the supervisor is ending: notifications not yet delivered are left");
+                }
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = stopped.changed() => drain_until = Some(tokio::time::Instant::now() + DRAIN),
+        }
+    }
+}
+
+/// Handles the journal's complete lines after the mark; true when it reached the end.
+async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, hooks: &[Hook]) -> bool {
+    let bytes = {
+        let (j, from) = (journal.to_path_buf(), mark.offset);
+        tokio::task::spawn_blocking(move || read_from(&j, from)).await.unwrap_or_default()
+    };
+    let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return true };
+    for line in bytes[..end].split(|b| *b == b'\n') {
+        let line_no = mark.line + 1;
+        let event = crate::journal::parse_line(line).ok().and_then(|rec| notify::event_of(run.as_str(), line_no, &rec));
+        let wanted: Vec<Hook> = match &event {
+            Some(e) => hooks.iter().filter(|h| h.wants(e.kind)).cloned().collect(),
+            None => Vec::new(),
+        };
+        if let (Some(e), false) = (&event, wanted.is_empty()) {
+            let sends = wanted.into_iter().map(|h| deliver(run.clone(), h, e.clone()));
+            futures_util::future::join_all(sends).await;
+        }
+        mark.line = line_no;
+        mark.offset += line.len() as u64 + 1;
+        // After a delivered line the mark moves past it at once (a restart does not resend it).
+        if event.is_some() {
+            save(mark_path, mark);
+        }
+    }
+    save(mark_path, mark);
+    true
+}
+
+fn read_from(path: &Path, offset: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut buf = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path)
+        && f.seek(SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = f.read_to_end(&mut buf);
+    }
+    buf
+}
+
+fn save(path: &Path, mark: &Mark) {
+    let bytes = serde_json::to_vec(mark).expect("a mark serializes");
+    if let Err(e) = crate::home::write_atomic(path, &bytes, 0o600) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the notification mark");
+    }
+}
+
+/// One event to one hook, with retries; failures go to the log.
+async fn deliver(run: RunId, hook: Hook, e: Event) {
+    let mut last = String::new();
+    for (attempt, wait) in std::iter::once(Duration::ZERO).chain(BACKOFF).enumerate() {
+        tokio::time::sleep(wait).await;
+        let (h, ev) = (hook.clone(), e.clone());
+        match tokio::task::spawn_blocking(move || notify::deliver(&h, &ev)).await {
+            Ok(Ok(())) => {
+                tracing::info!(RUN_ID = %run, NOTIFY_ID = %e.id, HOOK = %hook.label(), kind = e.kind, attempt = attempt + 1, "notified");
+                return;
+            }
+            Ok(Err(err)) => last = err,
+            Err(err) => last = err.to_string(),
+        }
+    }
+    tracing::error!(RUN_ID = %run, NOTIFY_ID = %e.id, HOOK = %hook.label(), kind = e.kind, error = %last,
+        "notification not delivered after {} attempts", BACKOFF.len() + 1);
+}
