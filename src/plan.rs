@@ -98,7 +98,19 @@ pub struct Plan {
     /// What a stall does besides its attention mark: `mark` (default) or `kill`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_stall: Option<OnStall>,
+    /// A turn that ends on a rate limit: `pause` (default: the run pauses and resumes by itself) or
+    /// `halt` (the task halts, nothing more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_rate_limit: Option<OnRateLimit>,
     pub tasks: Vec<Task>,
+}
+
+/// What a rate-limited turn does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRateLimit {
+    Pause,
+    Halt,
 }
 
 /// What a stalled turn gets.
@@ -182,7 +194,7 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 17] = [
+const TOP_FIELDS: [&str; 18] = [
     "v",
     "slug",
     "base_branch",
@@ -199,6 +211,7 @@ const TOP_FIELDS: [&str; 17] = [
     "on_budget",
     "stall_after",
     "on_stall",
+    "on_rate_limit",
     "tasks",
 ];
 const TASK_FIELDS: [&str; 11] =
@@ -368,6 +381,15 @@ impl Plan {
                 None
             }
         };
+        let on_rate_limit = match obj.get("on_rate_limit") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "pause" => Some(OnRateLimit::Pause),
+            Some(Value::String(s)) if s == "halt" => Some(OnRateLimit::Halt),
+            Some(v) => {
+                errs.push(format!("on_rate_limit: expected \"pause\" or \"halt\", got {v}"));
+                None
+            }
+        };
         let session = match obj.get("session") {
             None | Some(Value::Null) => None,
             Some(Value::Object(o)) => {
@@ -438,6 +460,7 @@ impl Plan {
                 on_budget,
                 stall_after,
                 on_stall,
+                on_rate_limit,
                 tasks,
             }),
             _ => Err(PlanError::Invalid(errs)),

@@ -121,6 +121,7 @@ impl RunFiles {
                 _ => "operator",
             }),
             "pause_detail": self.view.pause.as_ref().and_then(|(_, d)| d.clone()),
+            "resume_at": self.view.resume_at,
             "budget_usd": self.view.budget_usd.or(self.plan.as_ref().and_then(|p| p.budget_usd)),
             "wave": self.current_wave(),
             "waves": self.plan.as_ref().map(|pl| pl.waves().len()),

@@ -125,6 +125,8 @@ pub struct RunView {
     pub control_ids: BTreeMap<String, Outcome>,
     /// Who paused the run (`budget`, `rate_limit`, an operator's `by`) and why, while it is paused.
     pub pause: Option<(String, Option<String>)>,
+    /// A pause by `rate_limit`: when its supervisor resumes the run by itself.
+    pub resume_at: Option<String>,
     /// Budgets set by the `budget` verb (US dollars): the run's, and each task's. They replace the
     /// plan's.
     pub budget_usd: Option<f64>,
@@ -159,6 +161,7 @@ impl Default for RunView {
             last_ts: None,
             control_ids: BTreeMap::new(),
             pause: None,
+            resume_at: None,
             budget_usd: None,
             task_budgets: BTreeMap::new(),
             attention: Vec::new(),
@@ -184,6 +187,7 @@ impl RunView {
                 };
                 self.pause = (self.status == RunStatus::Paused)
                     .then(|| (r.by.clone().unwrap_or_else(|| "operator".into()), r.detail.clone()));
+                self.resume_at = if self.status == RunStatus::Paused { r.resume_at.clone() } else { None };
             }
             Body::Task(t) => {
                 let prev = self.tasks.get(&t.task).map(|v| v.state);

@@ -258,6 +258,9 @@ pub struct RunRecord {
     pub by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// A pause by `rate_limit`: when the supervisor resumes by itself (RFC 3339; added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_at: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -315,7 +318,7 @@ impl Record {
         Record { v: VERSION.to_string(), ts: now_rfc3339(), body }
     }
     pub fn run(event: RunEvent, by: &str, detail: Option<String>) -> Record {
-        Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail }))
+        Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail, resume_at: None }))
     }
     /// A `refused` control record: what was asked, by whom, and why it was not done.
     pub fn refused(verb: Verb, task: Option<TaskId>, by: &str, detail: impl Into<String>) -> ControlRecord {

@@ -14,6 +14,7 @@ pub mod kill;
 mod live;
 mod notifier;
 mod pipeline;
+mod ratelimit;
 mod recover;
 mod stall;
 mod verbs;
@@ -177,6 +178,10 @@ struct Scheduler {
     tallies: crate::spend::LogTallies,
     /// Each stalled turn's last output when its stall was marked (one mark per stall).
     stalled: HashMap<TaskId, std::time::SystemTime>,
+    /// A rate limit's wake-up: when, and the tasks it halted.
+    rate_wake: Option<(tokio::time::Instant, Vec<TaskId>)>,
+    /// Rate limits in a row (the back-off doubles per one); reset by a commit.
+    rate_limits: u32,
 }
 
 /// Runs (or recovers) the run `run_id` until it finishes, fails, or `shutdown` resolves.
@@ -251,8 +256,11 @@ pub async fn supervise(
         idle_since: None,
         tallies: Default::default(),
         stalled: HashMap::new(),
+        rate_wake: None,
+        rate_limits: 0,
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
+    s.rearm_rate_limit();
     let ending = s.serve(listener, shutdown).await?;
     // The run's last records (finished, failed) are notified before this supervisor exits.
     let _ = notifier.stop.send(true);
@@ -326,6 +334,7 @@ impl Scheduler {
                 }
                 Some(env) = rx.recv(), if server.is_some() => self.handle(env).await,
                 _ = stall_watch.tick(), if self.running_count() > 0 => self.check_stalls(),
+                _ = tokio::time::sleep_until(self.rate_wake_at().unwrap_or_else(tokio::time::Instant::now)), if self.rate_wake.is_some() => self.rate_lifted(),
                 Some(done) = self.pipelines.join_next_with_id(), if !self.pipelines.is_empty() => self.finished(done),
                 _ = tokio::time::sleep(linger.unwrap_or(Duration::from_secs(3600))), if linger.is_some() => {
                     let detail = self.idle_reason();
@@ -461,6 +470,11 @@ impl Scheduler {
         }
         // Idle: nothing running and nothing startable (blocked by halted tasks, or paused).
         if self.running_count() == 0 {
+            // Waiting for a rate limit to lift is not idleness.
+            if self.rate_wake.is_some() {
+                self.idle_since = None;
+                return None;
+            }
             if self.opts.batch {
                 let detail = self.idle_reason();
                 return Some(self.fail(detail));
@@ -543,6 +557,11 @@ impl Scheduler {
             self.kill_answered(&task, k.reply, k.started);
         }
         tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %task, end = ?end, "task pipeline ended");
+        match end {
+            End::RateLimited(resets_at) => self.rate_limited(&task, resets_at),
+            End::Committed => self.rate_limits = 0,
+            _ => {}
+        }
         self.check_budget();
     }
 

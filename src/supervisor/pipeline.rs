@@ -89,6 +89,9 @@ pub(crate) enum End {
     Steered,
     /// The journal could not be written: the task is left as the journal says.
     JournalFailed(String),
+    /// The turn ended on a rate limit (the task is halted `rate_limited: …`); when it lifts, if the
+    /// engine said (Unix seconds).
+    RateLimited(Option<u64>),
 }
 
 type Step<T> = Result<T, End>;
@@ -469,6 +472,21 @@ async fn turn(
     }
     if let Some(by) = ctx.interrupted_by(id) {
         return Err(ctx.halt(id, rc, format!("interrupted by {by}"), session));
+    }
+    let turn_lines =
+        std::fs::read(&logfile).map(|b| b.get(offset as usize..).unwrap_or_default().to_vec()).unwrap_or_default();
+    if let Some(l) = crate::ratelimit::of_turn(task.adapter, &turn_lines) {
+        let when = l
+            .resets_at
+            .map(|t| {
+                let at = std::time::UNIX_EPOCH + Duration::from_secs(t);
+                format!(" (lifts at {})", humantime::format_rfc3339_seconds(at))
+            })
+            .unwrap_or_default();
+        return Err(match ctx.halt(id, rc, format!("rate_limited: {}{when}", l.said), session) {
+            End::Halted => End::RateLimited(l.resets_at),
+            other => other,
+        });
     }
     if rc != 0 {
         return Err(ctx.halt(id, rc, out.detail(), session));
