@@ -194,6 +194,14 @@ fn every_route_answers_as_openapi_yaml_says() {
     assert_eq!(c.status, 200);
     spec.covered.insert(("GET".into(), "/runs/{runId}/tasks/{tid}/stream".into()));
     drop(c);
+    let c = SseConn::open(api.port, "/watch?since=now", &[]);
+    assert_eq!(c.status, 200);
+    assert!(c.headers.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"));
+    spec.covered.insert(("GET".into(), "/watch".into()));
+    drop(c);
+    let r = api.get("/watch?since=later");
+    spec.check("GET", "/watch", &r);
+    assert_eq!(r.status, 400);
 
     // Every route of the spec answered 2xx at least once: the spec and the server agree on the routes.
     let mut all = BTreeSet::new();

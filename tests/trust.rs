@@ -60,6 +60,9 @@ fn another_uid_gets_403_everywhere_and_changes_nothing_the_token_lets_it_in_the_
         ("POST", format!("/runs/{run}/tasks/A/kill")),
         ("POST", format!("/runs/{run}/pause")),
         ("POST", format!("/runs/{run}/resume")),
+        ("POST", format!("/runs/{run}/budget")),
+        ("GET", "/watch".into()),
+        ("GET", "/watch?since=now".into()),
     ];
     let journal_before = b.journal().len();
     for (method, path) in &routes {

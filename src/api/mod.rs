@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod durable;
+pub mod feed;
 pub mod guard;
 pub mod routes;
 mod server;
@@ -70,6 +71,8 @@ pub struct Api {
     pub cfg: Config,
     pub index: crate::tail::LineIndex,
     pub hub: crate::tail::WatchHub,
+    /// `GET /watch`: every run's journal records (its scanner starts with the first watcher).
+    pub feed: feed::Watch,
     /// Flips to true on shutdown: SSE streams end themselves so in-flight responses can finish.
     pub shutdown: watch::Receiver<bool>,
     /// Open SSE streams (for status lines).
@@ -88,6 +91,7 @@ impl Api {
             cfg,
             index: Default::default(),
             hub: crate::tail::WatchHub::new(),
+            feed: Default::default(),
             shutdown,
             streams: Default::default(),
             token: std::sync::RwLock::new(cfg_token),
@@ -226,6 +230,29 @@ async fn dispatch(
 ) -> Result<Response<Body>, Response<Body>> {
     use crate::journal::Verb;
     match route {
+        Route::Watch => {
+            let q = req.uri().query().map(str::to_string);
+            let last = match req.headers().get("last-event-id") {
+                Some(v) => Some(
+                    v.to_str()
+                        .map_err(|_| error_response(StatusCode::BAD_REQUEST, "Last-Event-ID is not ASCII"))?
+                        .to_string(),
+                ),
+                None => stream::query_param(q.as_deref(), "lastEventId")?,
+            }
+            .filter(|s| !s.trim().is_empty());
+            let since_now = match stream::query_param(q.as_deref(), "since")?.as_deref() {
+                None => false,
+                Some("now") => true,
+                Some(other) => {
+                    return Err(error_response(
+                        StatusCode::BAD_REQUEST,
+                        format!("since must be \"now\" (or absent: from the beginning), got {other:?}"),
+                    ));
+                }
+            };
+            feed::serve(api, last, since_now).await
+        }
         Route::Runs => {
             let a = api.clone();
             let runs = blocking(move || a.durable.list_runs()).await?.map_err(durable_error)?;

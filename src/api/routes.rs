@@ -7,6 +7,8 @@ use crate::ids::{IdError, RunId, TaskId};
 /// A matched route with its ids already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// Added with the watch stream: every run's journal records.
+    Watch,
     Runs,
     Run(RunId),
     Task(RunId, TaskId),
@@ -29,7 +31,8 @@ impl Route {
     /// The HTTP methods the route answers (for 405 and `Allow`).
     pub fn methods(&self) -> &'static [&'static str] {
         match self {
-            Route::Runs
+            Route::Watch
+            | Route::Runs
             | Route::Run(_)
             | Route::Task(..)
             | Route::Stream(..)
@@ -87,6 +90,9 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
     let rest = path.strip_prefix('/').ok_or_else(not_found)?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     let segs: Vec<&str> = rest.split('/').collect();
+    if segs == ["watch"] {
+        return Ok(Route::Watch);
+    }
     if segs.first() != Some(&"runs") {
         return Err(not_found());
     }

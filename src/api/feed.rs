@@ -1,0 +1,373 @@
+//! `GET /watch`: every run's journal records as they are appended, across all runs and both planes,
+//! as one SSE stream (`spec/WATCH.md`). One scanner (started by the first watcher) tails every
+//! registered run's journal and broadcasts each new complete line; each connection first catches up
+//! from its cursor by reading the journals, then follows the broadcast.
+//!
+//! The cursor (an event's `id`) is the vector of lines delivered per run, written compactly: a
+//! checkpoint (the whole vector, a content-addressed file in `$HARNESS_HOME/watch/`) plus the runs
+//! that moved since it. It names exactly what the client has, whichever API process wrote it, so
+//! `Last-Event-ID` resumes with no gap and no duplicate across reconnects and API restarts.
+
+use super::{Api, Body, error_response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use hyper::{Response, StatusCode};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+/// How often the scanner looks at the journals.
+const SCAN: Duration = Duration::from_millis(25);
+/// Runs moved since the checkpoint before a new checkpoint is written (bounds an id's length).
+const DELTA_MAX: usize = 16;
+/// Broadcast items a slow watcher may fall behind before its stream ends (it reconnects with its
+/// cursor and loses nothing).
+const LAG: usize = 8192;
+/// Checkpoints older than this are removed when a scanner starts.
+const CHECKPOINT_TTL: Duration = Duration::from_secs(7 * 86_400);
+
+/// Lines delivered per run.
+type Vector = BTreeMap<String, u64>;
+
+/// A cursor: a checkpoint's vector and the runs that moved since, with the checkpoint's name.
+#[derive(Clone, Default)]
+struct Cursor {
+    ckpt: String,
+    base: Vec<(String, u64)>,
+    delta: BTreeMap<String, u64>,
+}
+
+impl Cursor {
+    fn id(&self) -> String {
+        let mut parts = Vec::with_capacity(self.delta.len());
+        for (run, line) in &self.delta {
+            match self.base.binary_search_by(|(r, _)| r.as_str().cmp(run)) {
+                Ok(i) => parts.push(format!("{i}:{line}")),
+                Err(_) => parts.push(format!("~{run}:{line}")),
+            }
+        }
+        format!("w1.{}.{}", self.ckpt, parts.join(","))
+    }
+
+    fn vector(&self) -> Vector {
+        let mut v: Vector = self.base.iter().cloned().collect();
+        v.extend(self.delta.iter().map(|(r, l)| (r.clone(), *l)));
+        v
+    }
+
+    /// Moves `run` to `line`; writes a new checkpoint when the delta grew too long.
+    fn advance(&mut self, dir: &Path, run: &str, line: u64) -> std::io::Result<()> {
+        self.delta.insert(run.to_string(), line);
+        if self.delta.len() > DELTA_MAX {
+            *self = checkpoint(dir, &self.vector())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes (or finds) the checkpoint of `v`: a cursor with an empty delta.
+fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
+    use sha2::Digest;
+    let base: Vec<(String, u64)> = v.iter().map(|(r, l)| (r.clone(), *l)).collect();
+    let body = serde_json::to_vec(&json!({"v": "watch-checkpoint/v1", "runs": base})).expect("JSON");
+    let hash = sha2::Sha256::digest(&body);
+    let name: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("{name}.json"));
+    if !path.exists() {
+        std::fs::create_dir_all(dir)?;
+        crate::home::write_atomic(&path, &body, 0o600)?;
+    } else {
+        // Touched, so the clean-up at start keeps what is in use.
+        let _ = std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    }
+    Ok(Cursor { ckpt: name, base, delta: BTreeMap::new() })
+}
+
+/// Reads a cursor a client sent: 400-worthy text when it is not one, or names a checkpoint that is
+/// gone.
+fn parse_cursor(dir: &Path, id: &str) -> Result<Vector, String> {
+    let bad = || format!("Last-Event-ID {id:?} is not a /watch cursor (w1.<checkpoint>.<delta>)");
+    let rest = id.strip_prefix("w1.").ok_or_else(bad)?;
+    let (ckpt, delta) = rest.split_once('.').ok_or_else(bad)?;
+    if ckpt.len() != 16 || !ckpt.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let body = std::fs::read(dir.join(format!("{ckpt}.json")))
+        .map_err(|_| format!("cursor {id:?} names checkpoint {ckpt}, which this home does not hold (expired?): reconnect with ?since=now, or without a cursor to read everything"))?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?;
+    let base: Vec<(String, u64)> =
+        serde_json::from_value(v["runs"].clone()).map_err(|e| format!("checkpoint {ckpt}: {e}"))?;
+    let mut vec: Vector = base.iter().cloned().collect();
+    for part in delta.split(',').filter(|p| !p.is_empty()) {
+        let (who, line) = part.rsplit_once(':').ok_or_else(bad)?;
+        let line: u64 = line.parse().map_err(|_| bad())?;
+        let run = match who.strip_prefix('~') {
+            Some(run) => run.to_string(),
+            None => base.get(who.parse::<usize>().map_err(|_| bad())?).ok_or_else(bad)?.0.clone(),
+        };
+        vec.insert(run, line);
+    }
+    Ok(vec)
+}
+
+/// One broadcast record.
+struct Item {
+    seq: u64,
+    /// `id:` and `data:` lines, ready to send.
+    frame: Bytes,
+}
+
+struct Journal {
+    path: PathBuf,
+    offset: u64,
+    lines: u64,
+}
+
+struct State {
+    cursor: Cursor,
+    seq: u64,
+    journals: BTreeMap<String, Journal>,
+}
+
+/// The scanner and what it has seen.
+pub struct Hub {
+    dir: PathBuf,
+    runs_dir: PathBuf,
+    state: Mutex<State>,
+    tx: broadcast::Sender<Arc<Item>>,
+}
+
+/// Started by the first watcher.
+#[derive(Default)]
+pub struct Watch {
+    hub: tokio::sync::OnceCell<Arc<Hub>>,
+}
+
+impl Watch {
+    async fn hub(&self, api: &Arc<Api>) -> Result<Arc<Hub>, String> {
+        let api2 = api.clone();
+        self.hub
+            .get_or_try_init(|| async move {
+                let home = api2.durable.home.clone();
+                let hub = tokio::task::spawn_blocking(move || Hub::start(home.root.join("watch"), home.runs_dir()))
+                    .await
+                    .map_err(|e| e.to_string())??;
+                let hub = Arc::new(hub);
+                tokio::spawn(scan(hub.clone(), api2.shutdown.clone()));
+                Ok(hub)
+            })
+            .await
+            .cloned()
+    }
+}
+
+fn frame(id: &str, run: &str, line: u64, raw: &[u8]) -> Bytes {
+    let record: Value = serde_json::from_slice(raw).unwrap_or(Value::Null);
+    let bad = record.is_null().then(|| String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned());
+    let mut data = json!({"v": "watch/v1", "run": run, "line": line, "record": record});
+    if let Some(b) = bad {
+        data["bad"] = json!(b);
+    }
+    Bytes::from(format!("id: {id}\ndata: {data}\n\n"))
+}
+
+impl Hub {
+    /// Reads every journal's length (in lines) now: the present, checkpointed.
+    fn start(dir: PathBuf, runs_dir: PathBuf) -> Result<Hub, String> {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+                if old.is_some_and(|a| a > CHECKPOINT_TTL) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let mut journals = BTreeMap::new();
+        for (run, path) in registered(&runs_dir) {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            let end = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
+            let lines = memchr::memchr_iter(b'\n', &bytes[..end]).count() as u64;
+            journals.insert(run, Journal { path, offset: end as u64, lines });
+        }
+        let v: Vector = journals.iter().map(|(r, j)| (r.clone(), j.lines)).collect();
+        let cursor =
+            checkpoint(&dir, &v).map_err(|e| format!("cannot write a watch checkpoint in {}: {e}", dir.display()))?;
+        let (tx, _) = broadcast::channel(LAG);
+        Ok(Hub { dir, runs_dir, state: Mutex::new(State { cursor, seq: 0, journals }), tx })
+    }
+
+    /// One look at every journal: new complete lines are broadcast in order.
+    fn step(&self) {
+        let registered = registered(&self.runs_dir);
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for (run, path) in registered {
+            let j = st.journals.entry(run.clone()).or_insert(Journal { path, offset: 0, lines: 0 });
+            let Ok(len) = std::fs::metadata(&j.path).map(|m| m.len()) else { continue };
+            if len <= j.offset {
+                continue;
+            }
+            let mut buf = Vec::new();
+            if let Ok(mut f) = std::fs::File::open(&j.path)
+                && f.seek(SeekFrom::Start(j.offset)).is_ok()
+            {
+                let _ = f.take(len - j.offset).read_to_end(&mut buf);
+            }
+            let Some(end) = memchr::memrchr(b'\n', &buf) else { continue };
+            let (mut offset, mut lines) = (j.offset, j.lines);
+            let mut items = Vec::new();
+            for raw in buf[..end].split(|b| *b == b'\n') {
+                lines += 1;
+                offset += raw.len() as u64 + 1;
+                items.push((lines, raw.to_vec()));
+            }
+            if let Some(j) = st.journals.get_mut(&run) {
+                j.offset = offset;
+                j.lines = lines;
+            }
+            for (line, raw) in items {
+                if let Err(e) = st.cursor.advance(&self.dir, &run, line) {
+                    tracing::error!(error = %e, "cannot write a watch checkpoint");
+                }
+                st.seq += 1;
+                let item = Arc::new(Item { seq: st.seq, frame: frame(&st.cursor.id(), &run, line, &raw) });
+                let _ = self.tx.send(item);
+            }
+        }
+    }
+}
+
+/// The registered runs and their journals.
+fn registered(runs_dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(runs_dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(e.path()) else { continue };
+        if let Ok(p) = crate::registry::parse(&e.path(), &bytes) {
+            out.push((p.run_id.to_string(), p.journal_path()));
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn scan(hub: Arc<Hub>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let h = hub.clone();
+        let _ = tokio::task::spawn_blocking(move || h.step()).await;
+        tokio::select! {
+            _ = tokio::time::sleep(SCAN) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// `GET /watch`. `last` is the client's cursor (`Last-Event-ID` or `?lastEventId`); `since_now`
+/// starts at the present instead of the beginning.
+pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Result<Response<Body>, Response<Body>> {
+    let hub = api.feed.hub(&api).await.map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    // Subscribed under the lock: no record falls between the snapshot and the subscription.
+    let (rx, present, seq0) = {
+        let st = hub.state.lock().unwrap_or_else(|p| p.into_inner());
+        let present: Vec<(String, PathBuf, u64)> =
+            st.journals.iter().map(|(r, j)| (r.clone(), j.path.clone(), j.lines)).collect();
+        (hub.tx.subscribe(), present, st.seq)
+    };
+    let from: Vector = match (&last, since_now) {
+        (Some(id), _) => {
+            let (dir, id) = (hub.dir.clone(), id.clone());
+            tokio::task::spawn_blocking(move || parse_cursor(&dir, &id))
+                .await
+                .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+                .map_err(|e| error_response(StatusCode::BAD_REQUEST, e))?
+        }
+        (None, true) => present.iter().map(|(r, _, l)| (r.clone(), *l)).collect(),
+        (None, false) => Vector::new(),
+    };
+    let (tx, out) = mpsc::channel::<Bytes>(64);
+    let stream = futures_util::stream::unfold(out, |mut out| async move {
+        out.recv().await.map(|b| (Ok::<_, std::convert::Infallible>(Frame::data(b)), out))
+    });
+    tokio::spawn(follow(hub, api.shutdown.clone(), rx, present, seq0, from, tx));
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(r)
+}
+
+/// One watcher: catches up from `from` to the present (read from the journals, with cursors of its
+/// own), then follows the broadcast, whose ids build on that present.
+async fn follow(
+    hub: Arc<Hub>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    mut rx: broadcast::Receiver<Arc<Item>>,
+    present: Vec<(String, PathBuf, u64)>,
+    seq0: u64,
+    from: Vector,
+    tx: mpsc::Sender<Bytes>,
+) {
+    if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
+        return;
+    }
+    let behind = present.iter().any(|(r, _, l)| from.get(r).copied().unwrap_or(0) < *l);
+    if behind {
+        // The client's own vector, checkpointed, moves line by line to the present.
+        let dir = hub.dir.clone();
+        let start: Vector = present.iter().map(|(r, _, _)| (r.clone(), from.get(r).copied().unwrap_or(0))).collect();
+        let cursor = tokio::task::spawn_blocking(move || checkpoint(&dir, &start)).await;
+        let Ok(Ok(mut cursor)) = cursor else { return };
+        for (run, path, upto) in &present {
+            let have = from.get(run).copied().unwrap_or(0);
+            if have >= *upto {
+                continue;
+            }
+            let p = path.clone();
+            let bytes =
+                tokio::task::spawn_blocking(move || std::fs::read(p).unwrap_or_default()).await.unwrap_or_default();
+            for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+                let line = i as u64 + 1;
+                if line <= have {
+                    continue;
+                }
+                if line > *upto {
+                    break;
+                }
+                if cursor.advance(&hub.dir, run, line).is_err() {
+                    return;
+                }
+                if tx.send(frame(&cursor.id(), run, line, raw)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    loop {
+        tokio::select! {
+            item = rx.recv() => match item {
+                Ok(item) if item.seq <= seq0 => {}
+                Ok(item) => {
+                    if tx.send(item.frame.clone()).await.is_err() {
+                        return;
+                    }
+                }
+                // Fell too far behind: the stream ends; the client reconnects with its last id and
+                // loses nothing.
+                Err(_) => return,
+            },
+            _ = shutdown.changed() => return,
+        }
+    }
+}
