@@ -55,6 +55,22 @@ fn crossing_the_run_budget_pauses_before_the_next_task_and_raising_it_resumes() 
     let t = api.get(&format!("/runs/{run}/tasks/B")).json();
     assert!(close(t["usage"]["cost_usd"].as_f64().unwrap(), 0.3), "{t:#}");
 
+    // The dashboard's frame shows the run, its spend, why it is paused, and its tasks.
+    let api_addr = format!("127.0.0.1:{}", api.port);
+    let (code, frame, err) = cli(&b.home(), &["top", "--once", "--api", &api_addr]);
+    assert_eq!(code, 0, "{err}");
+    let row = frame.lines().find(|l| l.starts_with(&run)).unwrap_or_else(|| panic!("{frame}"));
+    assert!(
+        row.contains("paused") && row.contains("$0.60") && row.contains("budget") && row.contains("2/4"),
+        "{frame}"
+    );
+    assert!(
+        frame.lines().any(|l| l.trim_start().starts_with("A ") && l.contains("committed") && l.contains("$0.30")),
+        "{frame}"
+    );
+    assert!(frame.lines().any(|l| l.trim_start().starts_with("C ") && l.contains("pending")), "{frame}");
+    let (code, _, err) = cli(&b.home(), &["top", "--api", &api_addr]);
+    assert_eq!(code, 2, "only --once exists: {err}");
     // A budget the spend still reaches: accepted, still paused.
     let r = post(&api, &format!("/runs/{run}/budget"), &json!({"usd": 0.55}));
     assert_eq!(r.status, 200, "{}", r.text());

@@ -142,6 +142,8 @@ struct State {
 pub struct Hub {
     dir: PathBuf,
     runs_dir: PathBuf,
+    /// Pointer file name → (runId, journal): a pointer is parsed once.
+    pointers: Mutex<std::collections::HashMap<String, (String, PathBuf)>>,
     state: Mutex<State>,
     tx: broadcast::Sender<Arc<Item>>,
 }
@@ -202,12 +204,15 @@ impl Hub {
         let cursor =
             checkpoint(&dir, &v).map_err(|e| format!("cannot write a watch checkpoint in {}: {e}", dir.display()))?;
         let (tx, _) = broadcast::channel(LAG);
-        Ok(Hub { dir, runs_dir, state: Mutex::new(State { cursor, seq: 0, journals }), tx })
+        Ok(Hub { dir, runs_dir, pointers: Mutex::default(), state: Mutex::new(State { cursor, seq: 0, journals }), tx })
     }
 
     /// One look at every journal: new complete lines are broadcast in order.
     fn step(&self) {
-        let registered = registered(&self.runs_dir);
+        let registered = {
+            let mut known = self.pointers.lock().unwrap_or_else(|p| p.into_inner());
+            registered_cached(&self.runs_dir, &mut known)
+        };
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         for (run, path) in registered {
             let j = st.journals.entry(run.clone()).or_insert(Journal { path, offset: 0, lines: 0 });
@@ -243,6 +248,33 @@ impl Hub {
             }
         }
     }
+}
+
+/// The registered runs and their journals, parsing only pointers not seen before.
+fn registered_cached(
+    runs_dir: &Path,
+    known: &mut std::collections::HashMap<String, (String, PathBuf)>,
+) -> Vec<(String, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(runs_dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        if let Some(hit) = known.get(&name) {
+            out.push(hit.clone());
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(e.path()) else { continue };
+        if let Ok(p) = crate::registry::parse(&e.path(), &bytes) {
+            let entry = (p.run_id.to_string(), p.journal_path());
+            known.insert(name, entry.clone());
+            out.push(entry);
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The registered runs and their journals.

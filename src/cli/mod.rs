@@ -148,6 +148,19 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// One frame of the runs dashboard as plain text: every run with its state, wave, cost, pause
+    /// reason and attention marks, and its tasks' states and idle times (via the API). Only
+    /// `--once` exists so far: the live dashboard is not built yet.
+    Top {
+        /// Print one frame and exit (for scripts and tests).
+        #[arg(long)]
+        once: bool,
+        /// Only runs that are not over (finished or failed).
+        #[arg(long)]
+        active: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Show one run: its waves and task states (via the API).
     Show {
         run: String,
@@ -521,6 +534,14 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         }
         Cmd::Supervise { run, tuning } => start::supervise(&run, &tuning),
         Cmd::Runs { api, json } => remote::runs(&api.client()?, json),
+        Cmd::Top { once, active, api } => {
+            if !once {
+                return Err(CliError::Usage(
+                    "the live dashboard is not built yet: `harness top --once` prints one frame (run it under `watch -n1` meanwhile)".into(),
+                ));
+            }
+            remote::top_once(&api.client()?, active)
+        }
         Cmd::Show { run, api, json } => remote::show(&api.client()?, &run, json),
         Cmd::Watch { run, task, api, json, after, until_exit } => {
             remote::watch(&api.client()?, &run, &task, remote::WatchFlags { json, after, until_exit })

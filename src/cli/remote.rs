@@ -302,3 +302,63 @@ pub(super) fn decide(
     }
     post(c, &format!("/runs/{run}/tasks/{task}/approvals/{id}"), body)
 }
+
+/// `harness top --once`: one frame — runs, then each live or paused run's tasks.
+pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
+    let rt = client_rt()?;
+    let (status, body) = rt.block_on(c.call("GET", "/runs", None))?;
+    let runs = api_answer(status, &body)?;
+    let runs = runs.as_array().cloned().unwrap_or_default();
+    let money = |v: &serde_json::Value| v["usage"]["cost_usd"].as_f64().map_or("-".to_string(), |c| format!("${c:.2}"));
+    let mut lines = vec![format!(
+        "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
+        "RUN", "STATUS", "WAVE", "DONE", "COST", "PAUSED", "ATTENTION"
+    )];
+    let mut shown = 0;
+    for r in &runs {
+        let st = r["status"].as_str().unwrap_or("?");
+        if active && matches!(st, "finished" | "failed") {
+            continue;
+        }
+        shown += 1;
+        let id = r["runId"].as_str().unwrap_or("?");
+        let detail = if matches!(st, "running" | "paused") {
+            let (s, b) = rt.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
+            Some(api_answer(s, &b)?)
+        } else {
+            None
+        };
+        let attention = detail.as_ref().and_then(|d| d["attention"].as_array().map(|a| a.len())).unwrap_or(0);
+        let done = format!("{}/{}", r["counts"]["committed"].as_u64().unwrap_or(0), r["tasks"].as_u64().unwrap_or(0));
+        let wave = r["wave"].as_u64().map(|w| format!("{w}/{}", r["waves"].as_u64().unwrap_or(0))).unwrap_or_default();
+        lines.push(format!(
+            "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
+            id,
+            st,
+            wave,
+            done,
+            money(r),
+            r["pause_reason"].as_str().unwrap_or(""),
+            if attention > 0 { format!("{attention} stall mark(s)") } else { String::new() }
+        ));
+        let Some(d) = detail else { continue };
+        for w in d["plan"]["waves"].as_array().into_iter().flatten() {
+            for t in w["tasks"].as_array().into_iter().flatten() {
+                let tid = t["id"].as_str().unwrap_or("?");
+                lines.push(format!(
+                    "  {:<14} w{:<3} {:<11} {:>9}  {}",
+                    tid,
+                    w["wave"].as_u64().unwrap_or(0),
+                    t["state"].as_str().unwrap_or("?"),
+                    money(t),
+                    t["detail"].as_str().unwrap_or("").chars().take(60).collect::<String>()
+                ));
+            }
+        }
+    }
+    if shown == 0 {
+        lines.push(if active { "(no active runs)".into() } else { "(no runs)".into() });
+    }
+    out(&lines.join("\n"));
+    Ok(())
+}
