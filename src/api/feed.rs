@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
-/// How often the scanner looks at the journals.
-const SCAN: Duration = Duration::from_millis(25);
+/// How often the scanner looks at the journals without a wake-up (new runs; no inotify).
+const SCAN: Duration = Duration::from_millis(250);
 /// Runs moved since the checkpoint before a new checkpoint is written (bounds an id's length).
 const DELTA_MAX: usize = 16;
 /// Broadcast items a slow watcher may fall behind before its stream ends (it reconnects with its
@@ -164,7 +164,7 @@ impl Watch {
                     .await
                     .map_err(|e| e.to_string())??;
                 let hub = Arc::new(hub);
-                tokio::spawn(scan(hub.clone(), api2.shutdown.clone()));
+                tokio::spawn(scan(hub.clone(), api2.clone(), api2.shutdown.clone()));
                 Ok(hub)
             })
             .await
@@ -295,11 +295,35 @@ fn registered(runs_dir: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-async fn scan(hub: Arc<Hub>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+/// Looks again whenever a journal changes (inotify, through the API's `WatchHub`), and every
+/// `SCAN` regardless (new runs; no inotify).
+async fn scan(hub: Arc<Hub>, api: Arc<Api>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let mut watched = std::collections::HashSet::new();
     loop {
         let h = hub.clone();
         let _ = tokio::task::spawn_blocking(move || h.step()).await;
+        // Journals seen for the first time get a wake-up forwarder.
+        let paths: Vec<PathBuf> = {
+            let st = hub.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.journals.values().map(|j| j.path.clone()).filter(|p| !watched.contains(p)).collect()
+        };
+        for p in paths {
+            if let Some(mut rx) = api.hub.subscribe(&p) {
+                let w = wake.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match rx.recv().await {
+                            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => w.notify_one(),
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        }
+                    }
+                });
+            }
+            watched.insert(p);
+        }
         tokio::select! {
+            _ = wake.notified() => {}
             _ = tokio::time::sleep(SCAN) => {}
             _ = shutdown.changed() => return,
         }
@@ -328,11 +352,28 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
         (None, true) => present.iter().map(|(r, _, l)| (r.clone(), *l)).collect(),
         (None, false) => Vector::new(),
     };
+    // The catch-up comes from a task reading the journals; then the live records straight from the
+    // broadcast (no task between it and the connection).
     let (tx, out) = mpsc::channel::<Bytes>(64);
-    let stream = futures_util::stream::unfold(out, |mut out| async move {
-        out.recv().await.map(|b| (Ok::<_, std::convert::Infallible>(Frame::data(b)), out))
+    let catch_up = futures_util::stream::unfold(out, |mut out| async move { out.recv().await.map(|b| (b, out)) });
+    tokio::spawn(catch_up_task(hub, present, from, tx));
+    let live = futures_util::stream::unfold((rx, api.shutdown.clone()), move |(mut rx, mut shutdown)| async move {
+        loop {
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Ok(item) if item.seq <= seq0 => continue,
+                    Ok(item) => return Some((item.frame.clone(), (rx, shutdown))),
+                    // Fell too far behind: the stream ends; the client reconnects with its last id
+                    // and loses nothing.
+                    Err(_) => return None,
+                },
+                _ = shutdown.changed() => return None,
+            }
+        }
     });
-    tokio::spawn(follow(hub, api.shutdown.clone(), rx, present, seq0, from, tx));
+    let stream = futures_util::StreamExt::map(futures_util::StreamExt::chain(catch_up, live), |b| {
+        Ok::<_, std::convert::Infallible>(Frame::data(b))
+    });
     let mut r = Response::new(StreamBody::new(stream).boxed());
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -340,17 +381,9 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
     Ok(r)
 }
 
-/// One watcher: catches up from `from` to the present (read from the journals, with cursors of its
-/// own), then follows the broadcast, whose ids build on that present.
-async fn follow(
-    hub: Arc<Hub>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-    mut rx: broadcast::Receiver<Arc<Item>>,
-    present: Vec<(String, PathBuf, u64)>,
-    seq0: u64,
-    from: Vector,
-    tx: mpsc::Sender<Bytes>,
-) {
+/// One watcher's catch-up: from `from` to the present, read from the journals, with cursors of its
+/// own (the live records that follow build on that present).
+async fn catch_up_task(hub: Arc<Hub>, present: Vec<(String, PathBuf, u64)>, from: Vector, tx: mpsc::Sender<Bytes>) {
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
     }
@@ -384,22 +417,6 @@ async fn follow(
                     return;
                 }
             }
-        }
-    }
-    loop {
-        tokio::select! {
-            item = rx.recv() => match item {
-                Ok(item) if item.seq <= seq0 => {}
-                Ok(item) => {
-                    if tx.send(item.frame.clone()).await.is_err() {
-                        return;
-                    }
-                }
-                // Fell too far behind: the stream ends; the client reconnects with its last id and
-                // loses nothing.
-                Err(_) => return,
-            },
-            _ = shutdown.changed() => return,
         }
     }
 }
