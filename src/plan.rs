@@ -153,6 +153,21 @@ pub enum OnBudget {
     Kill,
 }
 
+/// A field that is one of a few words: the word's value, or an error naming the choices.
+fn parse_choice<T: Copy>(field: &str, v: Option<&Value>, choices: &[(&str, T)], errs: &mut Vec<String>) -> Option<T> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if choices.iter().any(|(w, _)| w == s) => {
+            choices.iter().find(|(w, _)| w == s).map(|(_, t)| *t)
+        }
+        Some(v) => {
+            let words: Vec<String> = choices.iter().map(|(w, _)| format!("\"{w}\"")).collect();
+            errs.push(format!("{field}: expected {}, got {v}", words.join(" or ")));
+            None
+        }
+    }
+}
+
 /// A budget in US dollars: a positive, finite number.
 fn parse_budget(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<f64> {
     match v {
@@ -362,34 +377,25 @@ impl Plan {
             }
         };
         let budget_usd = parse_budget(obj.get("budget_usd"), "", &mut errs);
-        let on_budget = match obj.get("on_budget") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s == "pause" => Some(OnBudget::Pause),
-            Some(Value::String(s)) if s == "kill" => Some(OnBudget::Kill),
-            Some(v) => {
-                errs.push(format!("on_budget: expected \"pause\" or \"kill\", got {v}"));
-                None
-            }
-        };
+        let on_budget = parse_choice(
+            "on_budget",
+            obj.get("on_budget"),
+            &[("pause", OnBudget::Pause), ("kill", OnBudget::Kill)],
+            &mut errs,
+        );
         let stall_after = parse_duration_field("stall_after", obj.get("stall_after"), &mut errs);
-        let on_stall = match obj.get("on_stall") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s == "mark" => Some(OnStall::Mark),
-            Some(Value::String(s)) if s == "kill" => Some(OnStall::Kill),
-            Some(v) => {
-                errs.push(format!("on_stall: expected \"mark\" or \"kill\", got {v}"));
-                None
-            }
-        };
-        let on_rate_limit = match obj.get("on_rate_limit") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s == "pause" => Some(OnRateLimit::Pause),
-            Some(Value::String(s)) if s == "halt" => Some(OnRateLimit::Halt),
-            Some(v) => {
-                errs.push(format!("on_rate_limit: expected \"pause\" or \"halt\", got {v}"));
-                None
-            }
-        };
+        let on_stall = parse_choice(
+            "on_stall",
+            obj.get("on_stall"),
+            &[("mark", OnStall::Mark), ("kill", OnStall::Kill)],
+            &mut errs,
+        );
+        let on_rate_limit = parse_choice(
+            "on_rate_limit",
+            obj.get("on_rate_limit"),
+            &[("pause", OnRateLimit::Pause), ("halt", OnRateLimit::Halt)],
+            &mut errs,
+        );
         let session = match obj.get("session") {
             None | Some(Value::Null) => None,
             Some(Value::Object(o)) => {
@@ -717,6 +723,36 @@ mod tests {
         .unwrap();
         assert_eq!(p.session, Some(Session { idle_s: 60, prompt: false }));
         assert!(p.is_live(&p.tasks[0]), "a session's task is live whatever it says");
+    }
+
+    #[test]
+    fn spend_and_attention_fields_are_checked() {
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","budget_usd":-1,"on_budget":"stop","stall_after":"soon","on_stall":"x",
+            "on_rate_limit":"wait","tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"x","budget_usd":"5"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "budget_usd: a positive number of US dollars, got -1",
+            "on_budget: expected \"pause\" or \"kill\", got \"stop\"",
+            "stall_after: a duration from 1s to 24h",
+            "on_stall: expected \"mark\" or \"kill\", got \"x\"",
+            "on_rate_limit: expected \"pause\" or \"halt\", got \"wait\"",
+            "tasks[0] (a): budget_usd: a positive number of US dollars, got \"5\"",
+        ] {
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        let p = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","budget_usd":2.5,"on_budget":"kill","stall_after":"90s","on_stall":"kill",
+            "on_rate_limit":"halt","tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"x","budget_usd":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.budget_usd, p.on_budget, p.stall_after(), p.on_stall),
+            (Some(2.5), Some(OnBudget::Kill), std::time::Duration::from_secs(90), Some(OnStall::Kill))
+        );
+        assert_eq!((p.on_rate_limit, p.tasks[0].budget_usd), (Some(OnRateLimit::Halt), Some(1.0)));
     }
 
     #[test]

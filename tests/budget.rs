@@ -97,10 +97,7 @@ fn crossing_the_run_budget_pauses_before_the_next_task_and_raising_it_resumes() 
         (Some(5.0), Some(false), Value::Null)
     );
     // Every record written (the budget verbs, the pauses by budget) is valid runstate/v1.
-    let runstate = schema("runstate.schema.json");
-    for (i, r) in b.journal().iter().enumerate() {
-        assert_valid(&runstate, r, &format!("journal line {}", i + 1));
-    }
+    assert_journal_valid(&b.journal());
 }
 
 #[test]

@@ -47,10 +47,7 @@ fn a_rate_limited_turn_pauses_the_run_which_resumes_by_itself_and_resumes_the_ta
     let session = b.journal().into_iter().find(|r| r["state"] == "leased").unwrap()["session_id"].clone();
     let i = argv.iter().position(|a| a == "--resume").expect("resumed");
     assert_eq!(json!(argv[i + 1]), session);
-    let runstate = schema("runstate.schema.json");
-    for (i, r) in b.journal().iter().enumerate() {
-        assert_valid(&runstate, r, &format!("journal line {}", i + 1));
-    }
+    assert_journal_valid(&b.journal());
 }
 
 #[test]

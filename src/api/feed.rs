@@ -279,20 +279,7 @@ fn registered_cached(
 
 /// The registered runs and their journals.
 fn registered(runs_dir: &Path) -> Vec<(String, PathBuf)> {
-    let Ok(rd) = std::fs::read_dir(runs_dir) else { return Vec::new() };
-    let mut out = Vec::new();
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !name.ends_with(".json") {
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(e.path()) else { continue };
-        if let Ok(p) = crate::registry::parse(&e.path(), &bytes) {
-            out.push((p.run_id.to_string(), p.journal_path()));
-        }
-    }
-    out.sort();
-    out
+    registered_cached(runs_dir, &mut Default::default())
 }
 
 /// Looks again whenever a journal changes (inotify, through the API's `WatchHub`), and every

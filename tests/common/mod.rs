@@ -323,6 +323,14 @@ pub fn control(sock: &Path, req: &serde_json::Value) -> serde_json::Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("answer {line:?}: {e}"))
 }
 
+/// Every line of `journal` is a valid runstate/v1 record.
+pub fn assert_journal_valid(journal: &[serde_json::Value]) {
+    let runstate = schema("runstate.schema.json");
+    for (i, r) in journal.iter().enumerate() {
+        assert_valid(&runstate, r, &format!("journal line {}", i + 1));
+    }
+}
+
 /// A scratch git repository, a harness home and fake engines: the setting of a run.
 pub struct Bench {
     pub dir: tempfile::TempDir,
