@@ -70,7 +70,8 @@ fn crossing_the_run_budget_pauses_before_the_next_task_and_raising_it_resumes() 
     );
     assert!(frame.lines().any(|l| l.trim_start().starts_with("C ") && l.contains("pending")), "{frame}");
     let (code, _, err) = cli(&b.home(), &["top", "--api", &api_addr]);
-    assert_eq!(code, 2, "only --once exists: {err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("harness top needs a terminal"), "the live dashboard without one: {err}");
     // A budget the spend still reaches: accepted, still paused.
     let r = post(&api, &format!("/runs/{run}/budget"), &json!({"usd": 0.55}));
     assert_eq!(r.status, 200, "{}", r.text());

@@ -123,6 +123,7 @@ impl RunFiles {
             "pause_detail": self.view.pause.as_ref().and_then(|(_, d)| d.clone()),
             "resume_at": self.view.resume_at,
             "budget_usd": self.view.budget_usd.or(self.plan.as_ref().and_then(|p| p.budget_usd)),
+            "attention_marks": self.view.attention.len(),
             "wave": self.current_wave(),
             "waves": self.plan.as_ref().map(|pl| pl.waves().len()),
             "tasks": self.plan.as_ref().map(|pl| pl.tasks.len()).unwrap_or(self.view.tasks.len()),
@@ -324,6 +325,21 @@ impl Durable {
                         tv["gate"] = json!(t.gate);
                         tv["usage"] = json!(per_task.get(&t.id));
                         tv["budget_usd"] = json!(files.view.task_budgets.get(&t.id).copied().or(t.budget_usd));
+                        // A task whose turn may run: how long since its log last grew.
+                        if files.view.state_of(&t.id) == Some(TaskState::Leased) {
+                            let log = files
+                                .view
+                                .tasks
+                                .get(&t.id)
+                                .and_then(|j| j.logfile.clone())
+                                .unwrap_or_else(|| files.pointer.default_logfile(&t.id));
+                            let idle = std::fs::metadata(&log)
+                                .and_then(|m| m.modified())
+                                .ok()
+                                .and_then(|m| m.elapsed().ok())
+                                .map(|d| d.as_secs_f64());
+                            tv["idle_s"] = json!(idle);
+                        }
                         tv
                     })
                     .collect();

@@ -10,6 +10,7 @@ mod error;
 mod local;
 mod remote;
 mod start;
+mod top;
 
 use crate::adapter::Adapter;
 use crate::client::Client;
@@ -148,14 +149,14 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// One frame of the runs dashboard as plain text: every run with its state, wave, cost, pause
-    /// reason and attention marks, and its tasks' states and idle times (via the API). Only
-    /// `--once` exists so far: the live dashboard is not built yet.
+    /// A live dashboard of every run and its tasks (state, wave, cost, idle, pause reason, stall
+    /// marks), redrawn on each journal change (/watch); keys pause/resume, steer, kill, set a budget
+    /// and open a task's live stream. `--once` prints one frame as plain text and exits.
     Top {
         /// Print one frame and exit (for scripts and tests).
         #[arg(long)]
         once: bool,
-        /// Only runs that are not over (finished or failed).
+        /// With --once: only runs that are not over (finished or failed).
         #[arg(long)]
         active: bool,
         #[command(flatten)]
@@ -534,14 +535,8 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         }
         Cmd::Supervise { run, tuning } => start::supervise(&run, &tuning),
         Cmd::Runs { api, json } => remote::runs(&api.client()?, json),
-        Cmd::Top { once, active, api } => {
-            if !once {
-                return Err(CliError::Usage(
-                    "the live dashboard is not built yet: `harness top --once` prints one frame (run it under `watch -n1` meanwhile)".into(),
-                ));
-            }
-            remote::top_once(&api.client()?, active)
-        }
+        Cmd::Top { once: true, active, api } => remote::top_once(&api.client()?, active),
+        Cmd::Top { once: false, active: _, api } => top::run(api.client()?),
         Cmd::Show { run, api, json } => remote::show(&api.client()?, &run, json),
         Cmd::Watch { run, task, api, json, after, until_exit } => {
             remote::watch(&api.client()?, &run, &task, remote::WatchFlags { json, after, until_exit })
