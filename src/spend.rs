@@ -4,7 +4,6 @@
 use crate::adapter::Adapter;
 use crate::usage::{Tally, Usage};
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -40,14 +39,9 @@ pub fn carry_on(known: Option<(u64, Tally)>, adapter: Adapter, log: &Path) -> (O
 }
 
 fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
-    if tally.offset < len
-        && let Ok(mut f) = std::fs::File::open(log)
-        && f.seek(SeekFrom::Start(tally.offset)).is_ok()
-    {
-        let mut buf = Vec::new();
-        if f.take(len - tally.offset).read_to_end(&mut buf).is_ok() {
-            tally.feed(&buf);
-        }
+    if tally.offset < len {
+        let buf = crate::tail::read_from(log, tally.offset, Some(len));
+        tally.feed(&buf);
     }
     tally
 }

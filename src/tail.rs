@@ -199,6 +199,22 @@ impl Tail {
     }
 }
 
+/// The bytes of `path` from byte `from` to `upto` (its end when `None`); empty when it cannot be
+/// read. Only the new part of a file that grows: never the whole file again.
+pub fn read_from(path: &Path, from: u64, upto: Option<u64>) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut buf = Vec::new();
+    if let Ok(mut f) = File::open(path)
+        && f.seek(SeekFrom::Start(from)).is_ok()
+    {
+        let _ = match upto {
+            Some(end) => f.take(end.saturating_sub(from)).read_to_end(&mut buf),
+            None => f.read_to_end(&mut buf),
+        };
+    }
+    buf
+}
+
 /// One inotify watcher for the whole process: streams subscribe to a path and get a wake-up
 /// whenever something in its directory changes. Without inotify, subscribers fall back to polling.
 pub struct WatchHub {

@@ -16,7 +16,6 @@ use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -220,12 +219,7 @@ impl Hub {
             if len <= j.offset {
                 continue;
             }
-            let mut buf = Vec::new();
-            if let Ok(mut f) = std::fs::File::open(&j.path)
-                && f.seek(SeekFrom::Start(j.offset)).is_ok()
-            {
-                let _ = f.take(len - j.offset).read_to_end(&mut buf);
-            }
+            let buf = crate::tail::read_from(&j.path, j.offset, Some(len));
             let Some(end) = memchr::memrchr(b'\n', &buf) else { continue };
             let (mut offset, mut lines) = (j.offset, j.lines);
             let mut items = Vec::new();

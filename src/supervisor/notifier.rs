@@ -88,7 +88,7 @@ async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, 
 async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, hooks: &[Hook]) -> bool {
     let bytes = {
         let (j, from) = (journal.to_path_buf(), mark.offset);
-        tokio::task::spawn_blocking(move || read_from(&j, from)).await.unwrap_or_default()
+        tokio::task::spawn_blocking(move || crate::tail::read_from(&j, from, None)).await.unwrap_or_default()
     };
     let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return true };
     for line in bytes[..end].split(|b| *b == b'\n') {
@@ -111,17 +111,6 @@ async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, ho
     }
     save(mark_path, mark);
     true
-}
-
-fn read_from(path: &Path, offset: u64) -> Vec<u8> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut buf = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path)
-        && f.seek(SeekFrom::Start(offset)).is_ok()
-    {
-        let _ = f.read_to_end(&mut buf);
-    }
-    buf
 }
 
 fn save(path: &Path, mark: &Mark) {

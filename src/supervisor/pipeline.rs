@@ -473,8 +473,8 @@ async fn turn(
     if let Some(by) = ctx.interrupted_by(id) {
         return Err(ctx.halt(id, rc, format!("interrupted by {by}"), session));
     }
-    let turn_lines =
-        std::fs::read(&logfile).map(|b| b.get(offset as usize..).unwrap_or_default().to_vec()).unwrap_or_default();
+    // Only this turn's lines (the log holds every earlier turn too).
+    let turn_lines = crate::tail::read_from(&logfile, offset, None);
     if let Some(l) = crate::ratelimit::of_turn(task.adapter, &turn_lines) {
         let when = l
             .resets_at
