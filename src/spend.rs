@@ -46,6 +46,27 @@ fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
     tally
 }
 
+/// A task's log: the one its journal names (on `leased`), else the run's default path.
+pub fn task_log(
+    view: &crate::journal::RunView,
+    pointer: &crate::registry::Pointer,
+    task: &crate::ids::TaskId,
+) -> PathBuf {
+    view.tasks.get(task).and_then(|t| t.logfile.clone()).unwrap_or_else(|| pointer.default_logfile(task))
+}
+
+/// Each planned task's usage (read by `usage_of` from its log) and the run's, their sum.
+pub fn run_spend(
+    plan: &crate::plan::Plan,
+    view: &crate::journal::RunView,
+    pointer: &crate::registry::Pointer,
+    mut usage_of: impl FnMut(Adapter, &Path) -> Usage,
+) -> (Usage, Vec<(crate::ids::TaskId, Usage)>) {
+    let per_task: Vec<_> =
+        plan.tasks.iter().map(|t| (t.id.clone(), usage_of(t.adapter, &task_log(view, pointer, &t.id)))).collect();
+    (Usage::sum(per_task.iter().map(|(_, u)| u)), per_task)
+}
+
 /// A budget that a sum has reached: what, how much was spent, and the budget.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Crossed {

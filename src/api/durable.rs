@@ -278,19 +278,10 @@ impl Durable {
 
     /// Each task's usage and the run's (their sum): the plan's tasks, from their logs.
     pub fn run_usage(&self, files: &RunFiles) -> (Usage, HashMap<TaskId, Usage>) {
-        let mut per_task = HashMap::new();
-        if let Some(plan) = &files.plan {
-            for t in &plan.tasks {
-                let log = files
-                    .view
-                    .tasks
-                    .get(&t.id)
-                    .and_then(|j| j.logfile.clone())
-                    .unwrap_or_else(|| files.pointer.default_logfile(&t.id));
-                per_task.insert(t.id.clone(), self.log_usage(t.adapter, &log));
-            }
-        }
-        (Usage::sum(per_task.values()), per_task)
+        let Some(plan) = &files.plan else { return (Usage::sum([]), HashMap::new()) };
+        let (run, per_task) =
+            crate::spend::run_spend(plan, &files.view, &files.pointer, |adapter, log| self.log_usage(adapter, log));
+        (run, per_task.into_iter().collect())
     }
 
     pub fn pointer(&self, run: &RunId) -> Result<Pointer, DurableError> {
@@ -327,12 +318,7 @@ impl Durable {
                         tv["budget_usd"] = json!(files.view.task_budgets.get(&t.id).copied().or(t.budget_usd));
                         // A task whose turn may run: how long since its log last grew.
                         if files.view.state_of(&t.id) == Some(TaskState::Leased) {
-                            let log = files
-                                .view
-                                .tasks
-                                .get(&t.id)
-                                .and_then(|j| j.logfile.clone())
-                                .unwrap_or_else(|| files.pointer.default_logfile(&t.id));
+                            let log = crate::spend::task_log(&files.view, &files.pointer, &t.id);
                             let idle = std::fs::metadata(&log)
                                 .and_then(|m| m.modified())
                                 .ok()

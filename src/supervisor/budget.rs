@@ -15,16 +15,8 @@ use crate::usage::Usage;
 impl Scheduler {
     /// Each planned task's spend and the run's.
     fn spend(&mut self, view: &RunView) -> (Usage, Vec<(TaskId, Usage)>) {
-        let mut per_task = Vec::new();
-        for t in &self.ctx.plan.tasks {
-            let log = view
-                .tasks
-                .get(&t.id)
-                .and_then(|v| v.logfile.clone())
-                .unwrap_or_else(|| self.ctx.pointer.default_logfile(&t.id));
-            per_task.push((t.id.clone(), self.tallies.usage(t.adapter, &log)));
-        }
-        (Usage::sum(per_task.iter().map(|(_, u)| u)), per_task)
+        let ctx = self.ctx.clone();
+        crate::spend::run_spend(&ctx.plan, view, &ctx.pointer, |adapter, log| self.tallies.usage(adapter, log))
     }
 
     /// The first budget the spend has reached, with the budgets in force (the verb's over the plan's).
