@@ -4,9 +4,8 @@
 //! Run: `cargo bench --bench durable` (figures printed; nothing asserted).
 
 use harness::home::Home;
-use harness::ids::{RunId, Slug};
 use harness::journal::{Record, RunEvent, TaskState};
-use harness::registry::{self, Plane, Pointer};
+use harness::registry;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -64,25 +63,9 @@ fn main() {
     let t = Instant::now();
     for i in 0..RUNS {
         let repo = dir.path().join(format!("repos/r{i}"));
-        let rs = repo.join("runstate");
-        std::fs::create_dir_all(&rs).unwrap();
-        let slug = Slug::parse("bench").unwrap();
-        let run_id = RunId::derive(&repo, &repo, &slug);
-        std::fs::write(rs.join("bench.jsonl"), &journal).unwrap();
-        std::fs::write(rs.join("bench.plan.json"), &plan).unwrap();
-        let p = Pointer {
-            v: registry::VERSION.into(),
-            run_id,
-            slug,
-            repo_root: repo.clone(),
-            project: "bench".into(),
-            repo: format!("r{i}"),
-            branch: Some("main".into()),
-            worktree: repo.clone(),
-            runstate_dir: rs,
-            plane: Plane::Standalone,
-            created: harness::journal::now_rfc3339(),
-        };
+        let p = support::bench_pointer(&repo, "bench", &format!("r{i}"));
+        std::fs::write(p.runstate_dir.join("bench.jsonl"), &journal).unwrap();
+        std::fs::write(p.runstate_dir.join("bench.plan.json"), &plan).unwrap();
         registry::write(&home, &p).unwrap();
     }
     println!("setup: {RUNS} runs x {RECORDS} records in {:.1}s", t.elapsed().as_secs_f64());

@@ -3,9 +3,8 @@
 //! 100 ms). Loopback only. Run: `cargo bench --bench top`. Figures printed; nothing asserted.
 
 use harness::home::Home;
-use harness::ids::{RunId, Slug};
 use harness::journal::{Journal, Record, RunEvent};
-use harness::registry::{self, Plane, Pointer};
+use harness::registry;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -22,22 +21,7 @@ fn main() {
     let home = Home::at(dir.path().join("home"));
     home.ensure().unwrap();
     let repo = dir.path().join("repo");
-    let rs = repo.join("runstate");
-    std::fs::create_dir_all(&rs).unwrap();
-    let slug = Slug::parse("topbench").unwrap();
-    let p = Pointer {
-        v: registry::VERSION.into(),
-        run_id: RunId::derive(&repo, &repo, &slug),
-        slug,
-        repo_root: repo.clone(),
-        project: "bench".into(),
-        repo: "repo".into(),
-        branch: Some("main".into()),
-        worktree: repo.clone(),
-        runstate_dir: rs,
-        plane: Plane::Standalone,
-        created: harness::journal::now_rfc3339(),
-    };
+    let p = support::bench_pointer(&repo, "topbench", "repo");
     let j = Journal::open(&p.journal_path()).unwrap();
     j.append(&Record::run(RunEvent::Started, "bench", None)).unwrap();
     registry::write(&home, &p).unwrap();

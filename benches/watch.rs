@@ -9,9 +9,8 @@
 //! default 1000). Figures printed; nothing asserted.
 
 use harness::home::Home;
-use harness::ids::{RunId, Slug};
 use harness::journal::{Journal, Record, RunEvent};
-use harness::registry::{self, Plane, Pointer};
+use harness::registry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,23 +35,8 @@ fn main() {
     let mut journals = Vec::new();
     for i in 0..RUNS {
         let repo = dir.path().join(format!("repos/r{i}"));
-        let rs = repo.join("runstate");
-        std::fs::create_dir_all(&rs).unwrap();
-        let slug = Slug::parse("bench").unwrap();
-        let run_id = RunId::derive(&repo, &repo, &slug);
-        let p = Pointer {
-            v: registry::VERSION.into(),
-            run_id: run_id.clone(),
-            slug,
-            repo_root: repo.clone(),
-            project: "bench".into(),
-            repo: format!("r{i}"),
-            branch: Some("main".into()),
-            worktree: repo.clone(),
-            runstate_dir: rs,
-            plane: Plane::Standalone,
-            created: harness::journal::now_rfc3339(),
-        };
+        let p = support::bench_pointer(&repo, "bench", &format!("r{i}"));
+        let run_id = p.run_id.clone();
         let j = Journal::open(&p.journal_path()).unwrap();
         j.append(&Record::run(RunEvent::Started, "bench", None)).unwrap();
         registry::write(&home, &p).unwrap();

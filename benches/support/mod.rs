@@ -83,3 +83,24 @@ pub fn hanging_run(
         .to_string();
     (run, logs, guard)
 }
+
+/// The pointer of a run registered by hand in `repo` (its `runstate/` made): what a bench writes with
+/// `registry::write` instead of starting `harness run`.
+pub fn bench_pointer(repo: &Path, slug: &str, repo_name: &str) -> harness::registry::Pointer {
+    let rs = repo.join("runstate");
+    std::fs::create_dir_all(&rs).unwrap();
+    let slug = harness::ids::Slug::parse(slug).unwrap();
+    harness::registry::Pointer {
+        v: harness::registry::VERSION.into(),
+        run_id: harness::ids::RunId::derive(repo, repo, &slug),
+        slug,
+        repo_root: repo.to_path_buf(),
+        project: "bench".into(),
+        repo: repo_name.into(),
+        branch: Some("main".into()),
+        worktree: repo.to_path_buf(),
+        runstate_dir: rs,
+        plane: harness::registry::Plane::Standalone,
+        created: harness::journal::now_rfc3339(),
+    }
+}
