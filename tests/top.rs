@@ -6,12 +6,21 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
+
+/// Types `k` and gives the dashboard a moment to act on it.
+fn press(top: &mut TopPty, k: &str) {
+    top.press(k);
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Waits until the screen shows `what` after `mark`.
+fn shows(top: &TopPty, mark: usize, what: &str) {
+    top.shown_since(mark, what, T).unwrap_or_else(|| panic!("the screen never showed {what:?}:\n{}", top.text()));
+}
 
 #[test]
 fn top_shows_runs_redraws_on_changes_and_its_keys_act() {
@@ -28,63 +37,32 @@ fn top_shows_runs_redraws_on_changes_and_its_keys_act() {
     b.wait_state("H", "leased", T);
     let api = ApiProc::start(&b.home(), &[]);
     let run = b.run_id();
-    let cmd = format!("stty cols 160 rows 40; exec {} top --api 127.0.0.1:{}", bin().display(), api.port);
-    let mut child = Command::new("script")
-        .args(["-qfec", &cmd, "/dev/null"])
-        .env("HARNESS_HOME", b.home())
-        .env("TERM", "xterm-256color")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let screen = Arc::new(Mutex::new(String::new()));
-    let mut out = child.stdout.take().unwrap();
-    let s2 = screen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = out.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            s2.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    let mut keys = child.stdin.take().unwrap();
-    let mut press = |k: &str| {
-        keys.write_all(k.as_bytes()).unwrap();
-        keys.flush().unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-    };
-    let shows = |what: &str| {
-        wait_for(T, || screen.lock().unwrap().contains(what).then_some(()))
-            .unwrap_or_else(|| panic!("the screen never showed {what:?}:\n{}", screen.lock().unwrap()))
-    };
-    shows(&run);
-    shows("leased");
+    let mut top = TopPty::start(&b.home(), api.port);
+    shows(&top, 0, &run);
+    shows(&top, 0, "leased");
     // p pauses the run; the change comes back through /watch and is drawn.
-    let before = screen.lock().unwrap().len();
-    press("p");
+    let before = top.mark();
+    press(&mut top, "p");
     wait_for(T, || b.controls("pause").iter().any(|c| c["by"] == "top").then_some(())).expect("paused by top");
-    wait_for(T, || screen.lock().unwrap()[before..].contains("operator").then_some(())).expect("redrawn paused");
+    top.shown_since(before, "operator", T).expect("redrawn paused");
     // Tab to the tasks, x then y kills H.
-    press("\t");
-    press("x");
-    shows("kill H? y/n");
-    press("y");
+    press(&mut top, "\t");
+    press(&mut top, "x");
+    shows(&top, 0, "kill H? y/n");
+    press(&mut top, "y");
     b.wait_state("H", "halted", T);
     assert_eq!(b.view()["tasks"]["H"]["detail"], "killed by top");
     // b sets a budget.
-    press("b");
-    press("7.5\r");
+    press(&mut top, "b");
+    press(&mut top, "7.5\r");
     wait_for(T, || b.controls("budget").iter().any(|c| c["usd"] == 7.5 && c["by"] == "top").then_some(()))
         .expect("a budget by top");
     // Enter opens the selected task's stream in a pane: H's events, its killed turn's exit last;
     // Esc closes it.
-    press("\r");
-    shows("rc=143");
-    press("\x1b");
-    press("q");
-    let status = wait_for(T, || child.try_wait().unwrap()).expect("top quits on q");
+    press(&mut top, "\r");
+    shows(&top, 0, "rc=143");
+    press(&mut top, "\x1b");
+    press(&mut top, "q");
+    let status = wait_for(T, || top.child.try_wait().unwrap()).expect("top quits on q");
     assert!(status.success(), "{status:?}");
 }

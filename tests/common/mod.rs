@@ -606,3 +606,78 @@ impl SseConn {
         }
     }
 }
+
+/// `harness top --api 127.0.0.1:<port>` in a pseudo-terminal of 160×40 (util-linux `script`), with
+/// what it draws collected as it arrives (each read with its arrival time). Killed on drop.
+pub struct TopPty {
+    pub child: Child,
+    pub keys: std::process::ChildStdin,
+    pub screen: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>,
+}
+
+impl TopPty {
+    pub fn start(home: &Path, port: u16) -> TopPty {
+        let cmd = format!("stty cols 160 rows 40; exec {} top --api 127.0.0.1:{port}", bin().display());
+        let mut child = Command::new("script")
+            .args(["-qfec", &cmd, "/dev/null"])
+            .env("HARNESS_HOME", home)
+            .env("TERM", "xterm-256color")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("script(1)");
+        let screen: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>> = Default::default();
+        let (mut out, s2) = (child.stdout.take().unwrap(), screen.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = out.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                s2.lock().unwrap().push((Instant::now(), String::from_utf8_lossy(&buf[..n]).into_owned()));
+            }
+        });
+        let keys = child.stdin.take().unwrap();
+        TopPty { child, keys, screen }
+    }
+
+    /// Types `k`.
+    pub fn press(&mut self, k: &str) {
+        self.keys.write_all(k.as_bytes()).unwrap();
+        self.keys.flush().unwrap();
+    }
+
+    /// How many reads have arrived so far (a mark for `shown_since`).
+    pub fn mark(&self) -> usize {
+        self.screen.lock().unwrap().len()
+    }
+
+    /// When `what` was first drawn after `mark` (the arrival of the read that completed it), waiting
+    /// up to `timeout`.
+    pub fn shown_since(&self, mark: usize, what: &str, timeout: Duration) -> Option<Instant> {
+        wait_for(timeout, || {
+            let s = self.screen.lock().unwrap();
+            let mut text = String::new();
+            let mut ends = Vec::new();
+            for (at, t) in s.iter().skip(mark) {
+                text.push_str(t);
+                ends.push((text.len(), *at));
+            }
+            let end = text.find(what)? + what.len();
+            ends.iter().find(|(e, _)| *e >= end).map(|(_, at)| *at)
+        })
+    }
+
+    /// Everything drawn so far, as one text.
+    pub fn text(&self) -> String {
+        self.screen.lock().unwrap().iter().map(|(_, t)| t.as_str()).collect()
+    }
+}
+
+impl Drop for TopPty {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
