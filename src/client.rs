@@ -52,6 +52,31 @@ pub struct EventsPage {
     pub more: bool,
 }
 
+/// One page of `GET /runs`.
+#[derive(Debug, Clone)]
+pub struct RunsPage {
+    pub rows: Vec<serde_json::Value>,
+    /// `Harness-Next-After`: the cursor to pass as `after` for the next page.
+    pub next_after: Option<String>,
+    /// `Harness-More`: more runs match after this page.
+    pub more: bool,
+    /// `Harness-Total`: runs matching in all.
+    pub total: Option<usize>,
+}
+
+/// A query string's value, percent-encoded (everything but RFC 3986's unreserved characters).
+pub fn query_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// One SSE event as sent by the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
@@ -129,6 +154,34 @@ impl Client {
         }
         let lines = String::from_utf8_lossy(&body).lines().map(str::to_string).collect();
         Ok(Ok(EventsPage { lines, next_after, more }))
+    }
+
+    /// One page of `GET /runs?<query>` (`query` already encoded, without `after`), after the cursor
+    /// `after`. A non-200 answer is `Err((status, body))`.
+    pub async fn runs_page(
+        &self,
+        query: &str,
+        after: Option<&str>,
+    ) -> Result<Result<RunsPage, (u16, Bytes)>, Unreachable> {
+        let mut path = format!("/runs?{query}");
+        if let Some(a) = after {
+            path.push_str(&format!("&after={}", query_value(a)));
+        }
+        let req = self.builder("GET", &path).body(Full::new(Bytes::new())).map_err(|e| self.unreachable(&e))?;
+        let resp = self.send(req).await?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let next_after = header("harness-next-after");
+        let more = header("harness-more").as_deref() == Some("true");
+        let total = header("harness-total").and_then(|t| t.parse().ok());
+        let body = self.body_of(resp).await?;
+        if status != 200 {
+            return Ok(Err((status, body)));
+        }
+        match serde_json::from_slice(&body) {
+            Ok(rows) => Ok(Ok(RunsPage { rows, next_after, more, total })),
+            Err(e) => Ok(Err((status, Bytes::from(format!("GET /runs answered with no JSON array: {e}"))))),
+        }
     }
 
     /// A whole response body.

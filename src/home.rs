@@ -119,6 +119,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     result
 }
 
+/// Like `write_atomic` but without `fsync`: for caches that readers validate (a crash may leave the
+/// old content or an empty file, never a mix; both are rebuilt).
+pub fn replace_cache(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), unique_suffix()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.write_all(bytes)?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// A per-process counter so two threads of one process never share a temp name.
 fn unique_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};

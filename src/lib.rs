@@ -32,6 +32,7 @@ pub mod rules;
 pub mod runner;
 pub mod service;
 pub mod spend;
+pub mod summary;
 pub mod supervisor;
 pub mod tail;
 pub mod term;

@@ -90,6 +90,8 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     let mode = if l.supervised { "supervised" } else { "batch" };
     j.append(&Record::run(RunEvent::Started, "runner", Some(format!("{mode} run of {}", l.plan_path.display()))))
         .map_err(|e| RunError::Failed(e.to_string()))?;
+    // The Overview's row of the new run, before any API asks for it.
+    crate::summary::refresh(home, &pointer, &mut Default::default());
     Ok((plan, pointer))
 }
 

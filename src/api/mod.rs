@@ -11,6 +11,7 @@
 pub mod durable;
 pub mod feed;
 pub mod guard;
+pub mod overview;
 pub mod routes;
 mod server;
 pub mod stream;
@@ -121,13 +122,121 @@ pub fn error_response(status: StatusCode, detail: impl Into<String>) -> Response
 
 pub(crate) fn durable_error(e: DurableError) -> Response<Body> {
     match e {
-        DurableError::UnknownRun(_) | DurableError::UnknownTask { .. } => {
+        DurableError::UnknownRun(_) | DurableError::UnknownTask { .. } | DurableError::Pruned(..) => {
             error_response(StatusCode::NOT_FOUND, e.to_string())
         }
         DurableError::Internal(d) => {
             tracing::error!(detail = %d, "durable read failed");
             error_response(StatusCode::INTERNAL_SERVER_ERROR, d)
         }
+    }
+}
+
+/// `GET /runs`'s query: paging and filters, each bad value a 400 naming its parameter. Also the
+/// page size served when the one asked for was above the largest (`Harness-Limit`).
+fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>), Response<Body>> {
+    use crate::journal::RunStatus;
+    let bad =
+        |name: &str, why: String| error_response(StatusCode::BAD_REQUEST, format!("query parameter {name}: {why}"));
+    let mut q = overview::Query { limit: overview::PAGE_DEFAULT, ..Default::default() };
+    let mut clamped = None;
+    let mut seen = std::collections::HashSet::new();
+    for kv in raw.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        let v = routes::percent_decode(v).map_err(|e| bad(k, e))?;
+        if k != "status" && !seen.insert(k.to_string()) {
+            return Err(bad(k, "given twice".into()));
+        }
+        let text = |v: &str| -> Result<String, Response<Body>> {
+            if v.is_empty() { Err(bad(k, "empty".into())) } else { Ok(v.to_string()) }
+        };
+        match k {
+            "limit" => {
+                let n = match v.parse::<u64>() {
+                    Ok(n) if n > 0 => n,
+                    _ if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.bytes().any(|b| b != b'0') => {
+                        u64::MAX
+                    }
+                    _ => {
+                        return Err(bad(
+                            k,
+                            format!(
+                                "must be a positive integer (pages hold at most {}), got {v:?}",
+                                overview::PAGE_MAX
+                            ),
+                        ));
+                    }
+                };
+                q.limit = (n.min(overview::PAGE_MAX as u64)) as usize;
+                if n > overview::PAGE_MAX as u64 {
+                    clamped = Some(overview::PAGE_MAX);
+                }
+            }
+            "after" => {
+                if !v.is_empty() {
+                    q.after = Some(overview::Cursor::parse(&v).map_err(|e| bad(k, e))?);
+                }
+            }
+            "status" => {
+                for s in v.split(',') {
+                    let st = match s {
+                        "pending" => RunStatus::Pending,
+                        "running" => RunStatus::Running,
+                        "paused" => RunStatus::Paused,
+                        "finished" => RunStatus::Finished,
+                        "failed" => RunStatus::Failed,
+                        other => {
+                            return Err(bad(
+                                k,
+                                format!("{other:?} is not a run status (pending, running, paused, finished, failed)"),
+                            ));
+                        }
+                    };
+                    q.status.push(st);
+                }
+            }
+            "live" => {
+                q.live = Some(match v.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    other => return Err(bad(k, format!("must be true or false, got {other:?}"))),
+                })
+            }
+            "project" => q.project = Some(text(&v)?),
+            "repo" => q.repo = Some(text(&v)?),
+            "branch" => q.branch = Some(text(&v)?),
+            "plane" => {
+                q.plane = Some(
+                    crate::summary::plane_of(&v)
+                        .ok_or_else(|| bad(k, format!("must be standalone or dynwf, got {v:?}")))?,
+                )
+            }
+            "q" => q.q = Some(text(&v)?.to_lowercase()),
+            "since" => q.since = Some(since(&v).map_err(|e| bad(k, e))?),
+            // The bearer token may ride in the query (`guard`); it is no filter.
+            "token" => {}
+            other => {
+                return Err(bad(
+                    other,
+                    "unknown (known: limit, after, status, live, project, repo, branch, plane, q, since)".into(),
+                ));
+            }
+        }
+    }
+    Ok((q, clamped))
+}
+
+/// A `since` value: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) meaning that long ago.
+fn since(v: &str) -> Result<i128, String> {
+    if let Ok(t) = humantime::parse_rfc3339_weak(v) {
+        return Ok(t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128));
+    }
+    match crate::summary::parse_age(v) {
+        Some(age) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            Ok(now.as_nanos() as i128 - age.as_nanos() as i128)
+        }
+        None => Err(format!("must be an RFC 3339 time or an age such as 15m, 2h, 7d; got {v:?}")),
     }
 }
 
@@ -254,10 +363,22 @@ async fn dispatch(
             feed::serve(api, last, since_now).await
         }
         Route::Runs => {
+            let (q, clamped) = overview_query(req.uri().query())?;
             let a = api.clone();
-            let runs = blocking(move || a.durable.list_runs()).await?.map_err(durable_error)?;
-            let mut r = Response::new(full(runs));
-            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            let page = blocking(move || a.durable.overview.page(&q)).await?;
+            let mut r = Response::new(full(page.body));
+            let h = r.headers_mut();
+            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(c) = page.next_after
+                && let Ok(v) = HeaderValue::from_str(&c.to_string())
+            {
+                h.insert("harness-next-after", v);
+            }
+            h.insert("harness-more", HeaderValue::from_static(if page.more { "true" } else { "false" }));
+            h.insert("harness-total", HeaderValue::from(page.total));
+            if let Some(limit) = clamped {
+                h.insert("harness-limit", HeaderValue::from(limit));
+            }
             Ok(r)
         }
         Route::Run(run) => {

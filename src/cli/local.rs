@@ -58,7 +58,9 @@ pub(super) fn journal_append(run: &str, record: &str) -> Result<(), CliError> {
     obj.entry("ts").or_insert_with(|| journal::now_rfc3339().into());
     let rec: journal::Record = serde_json::from_value(v).map_err(|e| usage(format!("invalid record: {e}")))?;
     let what = format!("appending to run {}'s journal", p.run_id);
+    let home = home()?;
     let line = Journal::open(&p.journal_path()).and_then(|j| j.append(&rec)).map_err(during(what))?;
+    crate::summary::refresh(&home, &p, &mut Default::default());
     out(&line.to_string());
     Ok(())
 }

@@ -141,11 +141,16 @@ enum Cmd {
         #[command(flatten)]
         tuning: Tuning,
     },
-    /// List runs (via the API).
+    /// List runs (via the API), newest activity first; every run unless --limit.
     Runs {
         #[command(flatten)]
         api: ApiArgs,
-        /// Print the API's JSON.
+        #[command(flatten)]
+        filter: RunsFilter,
+        /// Print at most this many runs (default: every run, fetched page by page).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Print the API's JSON (one array of every row printed).
         #[arg(long)]
         json: bool,
     },
@@ -319,6 +324,56 @@ enum Cmd {
         #[arg(long)]
         observed_ts: Option<String>,
     },
+}
+
+/// Which runs `harness runs` lists (each one `GET /runs`'s filter of the same name).
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct RunsFilter {
+    /// Only runs in this status (pending, running, paused, finished, failed); repeatable.
+    #[arg(long)]
+    status: Vec<String>,
+    /// Only runs whose supervisor is (true) or is not (false) alive.
+    #[arg(long)]
+    live: Option<bool>,
+    #[arg(long)]
+    project: Option<String>,
+    #[arg(long)]
+    repo: Option<String>,
+    #[arg(long)]
+    branch: Option<String>,
+    /// standalone or dynwf.
+    #[arg(long)]
+    plane: Option<String>,
+    /// A substring of the slug or the runId.
+    #[arg(long, short = 'q')]
+    query: Option<String>,
+    /// Only runs with activity after this time (RFC 3339) or age (15m, 2h, 7d).
+    #[arg(long)]
+    since: Option<String>,
+}
+
+impl RunsFilter {
+    /// The filter as `GET /runs` query parameters (encoded).
+    pub(crate) fn query(&self) -> String {
+        use crate::client::query_value as enc;
+        let mut q: Vec<String> = self.status.iter().map(|s| format!("status={}", enc(s))).collect();
+        if let Some(l) = self.live {
+            q.push(format!("live={l}"));
+        }
+        for (k, v) in [
+            ("project", &self.project),
+            ("repo", &self.repo),
+            ("branch", &self.branch),
+            ("plane", &self.plane),
+            ("q", &self.query),
+            ("since", &self.since),
+        ] {
+            if let Some(v) = v {
+                q.push(format!("{k}={}", enc(v)));
+            }
+        }
+        q.join("&")
+    }
 }
 
 /// Where the API is.
@@ -534,7 +589,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             start::run_plan(&plan, repo, worktree, project, how, &tuning)
         }
         Cmd::Supervise { run, tuning } => start::supervise(&run, &tuning),
-        Cmd::Runs { api, json } => remote::runs(&api.client()?, json),
+        Cmd::Runs { api, filter, limit, json } => remote::runs(&api.client()?, &filter.query(), limit, json),
         Cmd::Top { once: true, active, api } => remote::top_once(&api.client()?, active),
         Cmd::Top { once: false, active: _, api } => top::run(api.client()?),
         Cmd::Show { run, api, json } => remote::show(&api.client()?, &run, json),

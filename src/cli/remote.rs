@@ -83,9 +83,38 @@ fn branch(b: &Option<String>) -> String {
     b.as_ref().map(|b| format!(" ({b})")).unwrap_or_default()
 }
 
-pub(super) fn runs(c: &Client, json: bool) -> Result<(), CliError> {
-    let (status, body) = client_rt()?.block_on(c.call("GET", "/runs", None))?;
-    let v = api_answer(status, &body)?;
+/// Every run `query` matches (at most `limit`), newest activity first, fetched page by page.
+pub(super) fn runs_matching(c: &Client, query: &str, limit: Option<u64>) -> Result<Vec<serde_json::Value>, CliError> {
+    let rt = client_rt()?;
+    let mut rows = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let want = limit.map_or(crate::api::overview::PAGE_MAX as u64, |l| {
+            (l - rows.len() as u64).min(crate::api::overview::PAGE_MAX as u64)
+        });
+        let q = if query.is_empty() { format!("limit={want}") } else { format!("{query}&limit={want}") };
+        let page = match rt.block_on(c.runs_page(&q, after.as_deref()))? {
+            Ok(p) => p,
+            Err((status, body)) => {
+                return Err(match api_answer(status, &body) {
+                    Err(e) => e,
+                    Ok(_) => CliError::Failed(String::from_utf8_lossy(&body).into_owned()),
+                });
+            }
+        };
+        rows.extend(page.rows);
+        if !page.more || page.next_after.is_none() || limit.is_some_and(|l| rows.len() as u64 >= l) {
+            return Ok(rows);
+        }
+        after = page.next_after;
+    }
+}
+
+pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> Result<(), CliError> {
+    if limit == Some(0) {
+        return Err(usage("--limit must be a positive number"));
+    }
+    let v = serde_json::Value::Array(runs_matching(c, query, limit)?);
     if json {
         print_json(&v);
         return Ok(());
@@ -306,9 +335,7 @@ pub(super) fn decide(
 /// `harness top --once`: one frame — runs, then each live or paused run's tasks.
 pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
     let rt = client_rt()?;
-    let (status, body) = rt.block_on(c.call("GET", "/runs", None))?;
-    let runs = api_answer(status, &body)?;
-    let runs = runs.as_array().cloned().unwrap_or_default();
+    let runs = runs_matching(c, "", None)?;
     let money = |v: &serde_json::Value| v["usage"]["cost_usd"].as_f64().map_or("-".to_string(), |c| format!("${c:.2}"));
     let mut lines = vec![format!(
         "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",

@@ -162,7 +162,7 @@ impl Top {
     }
 
     fn refresh(&mut self) {
-        if let Some(Value::Array(runs)) = self.get("/runs") {
+        if let Some(Value::Array(runs)) = self.get("/runs?limit=500") {
             self.runs = runs;
         }
         let n = self.runs.len();

@@ -10,6 +10,7 @@
 mod approvals;
 mod budget;
 pub mod control;
+mod keeper;
 pub mod kill;
 mod live;
 mod notifier;
@@ -225,6 +226,7 @@ pub async fn supervise(
         pointer.journal_path(),
         pointer.runstate_dir.join(format!("{}.notify.json", pointer.slug)),
     );
+    let keeper = keeper::spawn(home.clone(), pointer.clone());
     let run_wt = pointer.worktree.clone();
     let ctx = Arc::new(Ctx {
         run_id: run_id.clone(),
@@ -265,6 +267,8 @@ pub async fn supervise(
     // The run's last records (finished, failed) are notified before this supervisor exits.
     let _ = notifier.stop.send(true);
     let _ = tokio::time::timeout(notifier::DRAIN + Duration::from_secs(1), notifier.task).await;
+    let _ = keeper.stop.send(true);
+    let _ = keeper.task.await;
     if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
         // The run is over: no task worktree or task branch outlives it.
         let (h, r, w) = (home.clone(), run_id.clone(), run_wt.clone());

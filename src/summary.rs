@@ -1,0 +1,302 @@
+//! `runsummary/v1`: one run's Overview row, kept beside its pointer (`runs/<runId>.summary`) so a
+//! fresh API answers `GET /runs` without replaying every journal.
+//!
+//! A cache, never the truth: each summary carries the fingerprints (length, mtime, inode) of the
+//! pointer, journal and liveness sidecar it was computed from, taken *before* they were read. A reader
+//! whose `stat`s disagree rebuilds the summary from the journal (and writes it back); a summary that
+//! is missing, garbled, of another version or for another run is rebuilt the same way. The runner and
+//! the supervisor write it at each state change; any writer may lose a race to another, and the loser's
+//! older fingerprints only make the next reader rebuild. *Journal wins.*
+
+use crate::home::Home;
+use crate::ids::RunId;
+use crate::journal::{self, RunStatus, RunView, TaskState};
+use crate::liveness::{self, Liveness};
+use crate::plan::Plan;
+use crate::registry::{self, Plane, Pointer};
+use crate::spend::LogTallies;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub const VERSION: &str = "runsummary/v1";
+
+/// What identifies a file's content for this cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fp {
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ino: u64,
+}
+
+impl Fp {
+    pub fn of(path: &Path) -> Option<Fp> {
+        std::fs::metadata(path).ok().map(|m| Fp {
+            len: m.len(),
+            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            ino: m.ino(),
+        })
+    }
+}
+
+/// The files a summary is computed from, as they were when it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fps {
+    pub pointer: Option<Fp>,
+    pub journal: Option<Fp>,
+    pub liveness: Option<Fp>,
+}
+
+impl Fps {
+    /// The journal's and the liveness sidecar's fingerprints now, with the pointer's given.
+    pub fn now(pointer_fp: Option<Fp>, p: &Pointer) -> Fps {
+        Fps { pointer: pointer_fp, journal: Fp::of(&p.journal_path()), liveness: Fp::of(&p.liveness_path()) }
+    }
+}
+
+/// What a summary says of its run besides the row: enough to validate, sort and filter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Head {
+    pub v: String,
+    pub fps: Fps,
+    pub pointer: Pointer,
+    /// The journal's last record time (else the pointer's `created`), in ns since the epoch: the
+    /// Overview's sort key.
+    pub activity_ns: i128,
+    pub status: RunStatus,
+    /// The supervisor the liveness sidecar names (whether it is alive is asked per request).
+    pub supervisor_pid: Option<i32>,
+}
+
+/// One run's summary file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub head: Head,
+    /// The `GET /runs` row, without `live`.
+    pub row: Box<RawValue>,
+}
+
+/// `runs/<runId>.summary`.
+pub fn path(home: &Home, run: &RunId) -> PathBuf {
+    home.runs_dir().join(format!("{run}.summary"))
+}
+
+/// `runs/<runId>.pruned`: what `harness prune` left of a run it removed.
+pub fn tombstone_path(home: &Home, run: &RunId) -> PathBuf {
+    home.runs_dir().join(format!("{run}.pruned"))
+}
+
+/// The summary of `run` on disk, when it is readable and of this version (else `None`: rebuild).
+pub fn read(home: &Home, run: &RunId) -> Option<Summary> {
+    let p = path(home, run);
+    let bytes = std::fs::read(&p).ok()?;
+    match serde_json::from_slice::<Summary>(&bytes) {
+        Ok(s) if s.head.v == VERSION && &s.head.pointer.run_id == run => Some(s),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(path = %p.display(), error = %e, "summary garbled: rebuilt from the journal");
+            None
+        }
+    }
+}
+
+/// Writes `s` atomically (readers see the old summary or the new one), without `fsync`: it is a
+/// cache that readers validate.
+pub fn write(home: &Home, s: &Summary) -> std::io::Result<()> {
+    let mut bytes = serde_json::to_vec(s).expect("a summary serializes");
+    bytes.push(b'\n');
+    crate::home::replace_cache(&path(home, &s.head.pointer.run_id), &bytes, 0o600)
+}
+
+/// Everything known about one run from disk.
+pub struct RunFiles {
+    pub pointer: Pointer,
+    pub view: RunView,
+    pub plan: Option<Plan>,
+    pub liveness: Option<Liveness>,
+}
+
+impl RunFiles {
+    pub fn load(pointer: Pointer) -> Result<RunFiles, String> {
+        let view = journal::replay(&pointer.journal_path()).map_err(|e| e.to_string())?;
+        let plan = match Plan::load(&pointer.plan_path()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if pointer.plan_path().exists() {
+                    tracing::warn!(RUN_ID = %pointer.run_id, error = %e, "plan copy unreadable");
+                }
+                None
+            }
+        };
+        let liveness = match liveness::get(&pointer.liveness_path()) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(RUN_ID = %pointer.run_id, error = %e, "liveness unreadable (ignored: it is a cache)");
+                None
+            }
+        };
+        Ok(RunFiles { pointer, view, plan, liveness })
+    }
+
+    /// The wave the run is on: the lowest wave holding a task that is not committed.
+    pub fn current_wave(&self) -> Option<u32> {
+        let plan = self.plan.as_ref()?;
+        let waves = plan.waves();
+        waves
+            .iter()
+            .find(|(_, ts)| ts.iter().any(|t| self.view.state_of(&t.id) != Some(TaskState::Committed)))
+            .or_else(|| waves.iter().next_back())
+            .map(|(w, _)| *w)
+    }
+
+    /// True when the liveness sidecar names a supervisor whose pid is alive.
+    pub fn supervisor_alive(&self) -> bool {
+        self.liveness.as_ref().and_then(|l| l.supervisor_pid).is_some_and(liveness::pid_alive)
+    }
+
+    /// Each task's usage and the run's (their sum), from the plan's tasks' logs.
+    pub fn usage(
+        &self,
+        tallies: &mut dyn FnMut(crate::adapter::Adapter, &Path) -> crate::usage::Usage,
+    ) -> (crate::usage::Usage, Vec<(crate::ids::TaskId, crate::usage::Usage)>) {
+        match &self.plan {
+            Some(plan) => crate::spend::run_spend(plan, &self.view, &self.pointer, tallies),
+            None => (crate::usage::Usage::sum([]), Vec::new()),
+        }
+    }
+
+    /// The run's Overview row (without `live`, which is asked per request).
+    pub fn row(&self, usage: &crate::usage::Usage) -> Value {
+        let p = &self.pointer;
+        json!({
+            "runId": p.run_id,
+            "slug": p.slug,
+            "repoRoot": p.repo_root,
+            "project": p.project,
+            "repo": p.repo,
+            "branch": p.branch,
+            "worktree": p.worktree,
+            "plane": p.plane,
+            "created": p.created,
+            "base_branch": self.plan.as_ref().and_then(|pl| pl.base_branch.clone()),
+            "status": self.view.status,
+            "paused": self.view.status == RunStatus::Paused,
+            // Added with budgets: why it is paused (budget, rate_limit, operator) and the budget.
+            "pause_reason": self.view.pause.as_ref().map(|(by, _)| match by.as_str() {
+                "budget" | "rate_limit" => by.as_str(),
+                _ => "operator",
+            }),
+            "pause_detail": self.view.pause.as_ref().and_then(|(_, d)| d.clone()),
+            "resume_at": self.view.resume_at,
+            "budget_usd": self.view.budget_usd.or(self.plan.as_ref().and_then(|p| p.budget_usd)),
+            "attention_marks": self.view.attention.len(),
+            "wave": self.current_wave(),
+            "waves": self.plan.as_ref().map(|pl| pl.waves().len()),
+            "tasks": self.plan.as_ref().map(|pl| pl.tasks.len()).unwrap_or(self.view.tasks.len()),
+            "counts": self.view.counts(),
+            "updated": self.view.last_ts,
+            "journal": {"records": self.view.records, "bad_lines": self.view.bad_lines.len(),
+                        "torn_tail": self.view.torn_tail.is_some()},
+            "usage": usage,
+        })
+    }
+
+    /// The last record's time, else the pointer's creation, in ns since the epoch (0 when neither
+    /// parses).
+    pub fn activity_ns(&self) -> i128 {
+        activity_ns(self.view.last_ts.as_deref().unwrap_or(&self.pointer.created))
+    }
+}
+
+/// An RFC 3339 time in ns since the epoch (0 when it does not parse: sorted last).
+pub fn activity_ns(ts: &str) -> i128 {
+    humantime::parse_rfc3339_weak(ts)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// Computes `pointer`'s summary from its files. `pointer_fp` is the pointer file's fingerprint taken
+/// before it was read; the other files' are taken here before they are read, so a change made while
+/// this runs leaves the summary visibly stale.
+pub fn build(
+    pointer: Pointer,
+    pointer_fp: Option<Fp>,
+    usage_of: &mut dyn FnMut(crate::adapter::Adapter, &Path) -> crate::usage::Usage,
+) -> Result<Summary, String> {
+    let fps = Fps::now(pointer_fp, &pointer);
+    let files = RunFiles::load(pointer)?;
+    let (usage, _) = files.usage(usage_of);
+    let row = serde_json::to_string(&files.row(&usage)).expect("a Value serializes");
+    Ok(Summary {
+        head: Head {
+            v: VERSION.into(),
+            fps,
+            activity_ns: files.activity_ns(),
+            status: files.view.status,
+            supervisor_pid: files.liveness.as_ref().and_then(|l| l.supervisor_pid),
+            pointer: files.pointer,
+        },
+        row: RawValue::from_string(row).expect("serialized JSON is JSON"),
+    })
+}
+
+/// Recomputes and writes `pointer`'s summary (the runner's and the supervisor's write, and the CLI's
+/// after it journals). Best effort: a failure is logged, and readers rebuild.
+pub fn refresh(home: &Home, pointer: &Pointer, tallies: &mut LogTallies) {
+    let ppath = home.runs_dir().join(format!("{}.json", pointer.run_id));
+    let pointer_fp = Fp::of(&ppath);
+    let result = build(pointer.clone(), pointer_fp, &mut |a, log| tallies.usage(a, log))
+        .and_then(|s| write(home, &s).map_err(|e| e.to_string()));
+    if let Err(e) = result {
+        tracing::warn!(RUN_ID = %pointer.run_id, error = %e, "run summary not written (readers rebuild it)");
+    }
+}
+
+/// Whether a summary still describes its run: the pointer it embeds is the one registered and no file
+/// it was computed from changed since.
+pub fn is_fresh(h: &Head, pointer_fp: Option<Fp>) -> bool {
+    h.fps == Fps::now(pointer_fp, &h.pointer)
+}
+
+/// Reads a registry pointer file (`None` when it is gone or garbled: logged).
+pub fn read_pointer(path: &Path) -> Option<Pointer> {
+    let parsed = std::fs::read(path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| registry::parse(path, &b).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(p) => Some(p),
+        Err(reason) => {
+            if path.exists() {
+                registry::log_skipped(&[registry::Skipped::Garbled { path: path.into(), reason }]);
+            }
+            None
+        }
+    }
+}
+
+/// The plane names the filters accept.
+pub fn plane_of(s: &str) -> Option<Plane> {
+    match s {
+        "standalone" => Some(Plane::Standalone),
+        "dynwf" => Some(Plane::Dynwf),
+        _ => None,
+    }
+}
+
+/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (a positive whole number and one unit).
+pub fn parse_age(s: &str) -> Option<std::time::Duration> {
+    let unit = s.chars().last()?;
+    let n: u64 = s[..s.len() - unit.len_utf8()].parse().ok().filter(|n| *n > 0)?;
+    let secs = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 7 * 86_400,
+        _ => return None,
+    };
+    n.checked_mul(secs).map(std::time::Duration::from_secs)
+}
