@@ -25,6 +25,7 @@ pub mod normalize;
 pub mod notify;
 pub mod peer;
 pub mod plan;
+pub mod prune;
 pub mod ratelimit;
 pub mod registry;
 pub mod render;

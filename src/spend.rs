@@ -62,9 +62,33 @@ pub fn run_spend(
     pointer: &crate::registry::Pointer,
     mut usage_of: impl FnMut(Adapter, &Path) -> Usage,
 ) -> (Usage, Vec<(crate::ids::TaskId, Usage)>) {
-    let per_task: Vec<_> =
-        plan.tasks.iter().map(|t| (t.id.clone(), usage_of(t.adapter, &task_log(view, pointer, &t.id)))).collect();
+    let mut kept: Option<HashMap<String, Usage>> = None;
+    let per_task: Vec<_> = plan
+        .tasks
+        .iter()
+        .map(|t| {
+            let log = task_log(view, pointer, &t.id);
+            // A log pruned by `harness prune --logs-only` left its usage behind.
+            let pruned = (!log.exists())
+                .then(|| kept.get_or_insert_with(|| kept_usage(pointer)).get(t.id.as_str()).cloned())
+                .flatten();
+            (t.id.clone(), pruned.unwrap_or_else(|| usage_of(t.adapter, &log)))
+        })
+        .collect();
     (Usage::sum(per_task.iter().map(|(_, u)| u)), per_task)
+}
+
+/// The usage `harness prune --logs-only` kept of a run's tasks (`<slug>.usage.json`), by task.
+pub fn kept_usage(pointer: &crate::registry::Pointer) -> HashMap<String, Usage> {
+    #[derive(serde::Deserialize)]
+    struct Kept {
+        tasks: HashMap<String, Usage>,
+    }
+    std::fs::read(pointer.runstate_dir.join(format!("{}.usage.json", pointer.slug)))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Kept>(&b).ok())
+        .map(|k| k.tasks)
+        .unwrap_or_default()
 }
 
 /// A budget that a sum has reached: what, how much was spent, and the budget.

@@ -36,6 +36,36 @@ pub struct Usage {
     pub cost: &'static str,
 }
 
+/// Read back (a run's kept usage once its logs are pruned): `cost` is one of the four words.
+impl<'de> serde::Deserialize<'de> for Usage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Wire {
+            cost_usd: Option<f64>,
+            input_tokens: Option<u64>,
+            output_tokens: Option<u64>,
+            cache_read_tokens: Option<u64>,
+            cache_write_tokens: Option<u64>,
+            turns: u64,
+            cost: String,
+        }
+        let w = Wire::deserialize(d)?;
+        let cost = ["engine", "tokens only", "not reported", "mixed"]
+            .into_iter()
+            .find(|c| *c == w.cost)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown cost kind {:?}", w.cost)))?;
+        Ok(Usage {
+            cost_usd: w.cost_usd,
+            input_tokens: w.input_tokens,
+            output_tokens: w.output_tokens,
+            cache_read_tokens: w.cache_read_tokens,
+            cache_write_tokens: w.cache_write_tokens,
+            turns: w.turns,
+            cost,
+        })
+    }
+}
+
 impl Usage {
     /// A run's usage: the sum of its tasks'. A price or token figure some task lacks is left out of
     /// the sum, and `cost` says `mixed`.

@@ -59,8 +59,7 @@ impl HandRun {
             plane: s.plane,
             created: s.ts.clone(),
         };
-        let plan =
-            serde_json::json!({"v":"plan/v1","slug":s.slug,"tasks":[{"id":"T1","adapter":"claude","prompt":"p"}]});
+        let plan = serde_json::json!({"v":"plan/v1","slug":s.slug,"tasks":[{"id":"T1","wave":1,"adapter":"claude","prompt":"p"}]});
         std::fs::write(rs.join(format!("{}.plan.json", s.slug)), plan.to_string()).unwrap();
         let mut j = String::new();
         if let Some(events) = s.events {
@@ -352,4 +351,170 @@ fn summaries_are_rebuilt_when_deleted_corrupted_or_older_than_the_journal() {
     assert_eq!(ids(&api.get("/runs").json()), vec![run.id()]);
     let third = HandRun::make(&s.home, &s.root, &Spec::new("third", ts(0)));
     assert_eq!(ids(&api.get("/runs").json()), vec![third.id(), run.id()]);
+}
+
+/// Every path under `dir` with its size and mtime: what a dry run must leave exactly as it was.
+fn tree(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+            out.push((e.path(), m.len(), m.modified().unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+const DAY: u64 = 86_400;
+
+/// A task log with one priced claude turn.
+fn with_log(run: &HandRun) -> PathBuf {
+    let logs = run.pointer.logs_dir();
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join("T1.log");
+    std::fs::write(
+        &log,
+        "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\",\"session_id\":\"s1\",\"total_cost_usd\":0.25,\"usage\":{\"input_tokens\":100,\"output_tokens\":20}}\n",
+    )
+    .unwrap();
+    log
+}
+
+#[test]
+fn prune_removes_old_finished_and_failed_runs_and_a_dry_run_touches_nothing() {
+    let s = setup();
+    let old = |slug: &'static str, event: &'static [&'static str]| Spec {
+        events: Some(event),
+        ..Spec::new(slug, ts(40 * DAY))
+    };
+    let finished = HandRun::make(&s.home, &s.root, &old("old-finished", &["finished"]));
+    let failed = HandRun::make(&s.home, &s.root, &old("old-failed", &["failed"]));
+    let running = HandRun::make(&s.home, &s.root, &old("old-running", &[]));
+    let paused = HandRun::make(&s.home, &s.root, &old("old-paused", &["paused"]));
+    let recent = HandRun::make(&s.home, &s.root, &Spec { events: Some(&["finished"]), ..Spec::new("recent", ts(DAY)) });
+    for r in [&finished, &failed, &running, &paused, &recent] {
+        with_log(r);
+    }
+    {
+        let api = ApiProc::start(&s.home, &[]);
+        assert_eq!(api.get("/runs").json().as_array().unwrap().len(), 5);
+    }
+    let before = (tree(&s.home), tree(&s.root.join("repos")));
+    let (code, out, err) = cli(&s.home, &["prune", "--finished-before", "30d", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((tree(&s.home), tree(&s.root.join("repos"))), before, "a dry run touches nothing");
+    assert!(out.contains(&format!("would prune {}", finished.id())), "{out}");
+    assert!(out.contains(&format!("would prune {}", failed.id())), "{out}");
+    assert!(out.contains("would prune 2 runs"), "{out}");
+
+    let (code, out, err) = cli(&s.home, &["prune", "--finished-before", "30d", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let pruned: HashSet<&str> =
+        report["pruned"].as_array().unwrap().iter().map(|p| p["run_id"].as_str().unwrap()).collect();
+    assert_eq!(pruned, [finished.id(), failed.id()].iter().map(String::as_str).collect());
+    assert!(report["bytes"].as_u64().unwrap() > 0, "{report}");
+    for gone in [&finished, &failed] {
+        assert!(!gone.pointer.journal_path().exists());
+        assert!(!gone.pointer.plan_path().exists());
+        assert!(!gone.pointer.logs_dir().exists());
+        assert!(!s.home.join(format!("runs/{}.json", gone.id())).exists());
+        assert!(!s.home.join(format!("runs/{}.summary", gone.id())).exists());
+    }
+    for kept in [&running, &paused, &recent] {
+        assert!(kept.pointer.journal_path().exists() && kept.pointer.logs_dir().join("T1.log").exists());
+    }
+    let api = ApiProc::start(&s.home, &[]);
+    assert_eq!(ids(&api.get("/runs").json()).len(), 3);
+    let r = api.get(&format!("/runs/{}", finished.id()));
+    assert_eq!(r.status, 404);
+    assert!(r.json()["detail"].as_str().unwrap().contains("pruned"), "{}", r.text());
+    let (code, out, _) = cli(&s.home, &["prune", "--finished-before", "30d"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("pruned 0 runs"), "nothing left to prune: {out}");
+    let (code, _, err) = cli(&s.home, &["prune", "--finished-before", "soon"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--finished-before"), "{err}");
+    let (code, _, err) = cli(&s.home, &["prune"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("retention.json"), "{err}");
+}
+
+#[test]
+fn prune_logs_only_keeps_journal_plan_and_cost() {
+    let s = setup();
+    let run = HandRun::make(&s.home, &s.root, &Spec { events: Some(&["finished"]), ..Spec::new("logs", ts(40 * DAY)) });
+    let log = with_log(&run);
+    let api = ApiProc::start(&s.home, &[]);
+    let before = api.get(&format!("/runs/{}", run.id())).json();
+    assert_eq!(before["usage"]["cost_usd"], 0.25, "{before:#}");
+    std::fs::write(s.home.join("retention.json"), r#"{"v":"retention/v1","finished_before":"30d","logs_only":true}"#)
+        .unwrap();
+    let (code, out, err) = cli(&s.home, &["prune"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("pruned logs of {}", run.id())), "{out}");
+    assert!(!log.exists());
+    assert!(run.pointer.journal_path().exists() && run.pointer.plan_path().exists());
+    let after = api.get(&format!("/runs/{}", run.id())).json();
+    assert_eq!(after["usage"], before["usage"], "the cost outlives the logs");
+    assert_eq!(
+        api.get(&format!("/runs/{}/tasks/T1", run.id())).json()["usage"],
+        before["plan"]["waves"][0]["tasks"][0]["usage"]
+    );
+    assert_eq!(after["status"], "finished");
+    let (_, out, _) = cli(&s.home, &["prune"]);
+    assert!(out.contains("pruned 0 runs"), "a second pass finds no logs: {out}");
+    assert_eq!(api.get(&format!("/runs/{}", run.id())).json()["usage"], before["usage"], "and keeps the kept usage");
+    std::fs::write(s.home.join("retention.json"), r#"{"v":"retention/v1","finished_before":"a month"}"#).unwrap();
+    let (code, _, err) = cli(&s.home, &["prune"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("finished_before"), "{err}");
+}
+
+#[test]
+fn prune_never_touches_a_live_run() {
+    let b = Bench::new();
+    let plan = serde_json::json!({"v":"plan/v1","slug":"live","tasks":[
+        {"id":"H","wave":1,"adapter":"claude","prompt":"hang [fake-claude:hang]"}]});
+    let _sup = b.start_supervised(&plan.to_string(), "success", &[]);
+    b.wait_state("H", "leased", Duration::from_secs(30));
+    let run = b.run_id();
+    let root = tempfile::tempdir().unwrap();
+    let old =
+        HandRun::make(&b.home(), root.path(), &Spec { events: Some(&["finished"]), ..Spec::new("old", ts(40 * DAY)) });
+    // An old, finished run whose supervisor lock is held (as by a supervisor starting on it).
+    let held =
+        HandRun::make(&b.home(), root.path(), &Spec { events: Some(&["finished"]), ..Spec::new("held", ts(40 * DAY)) });
+    let lock = std::fs::File::create(held.pointer.runstate_dir.join("held.supervisor.lock")).unwrap();
+    let _flock = harness::flock::Flock::try_exclusive(&lock).unwrap().expect("free");
+    let pointer = b.home().join(format!("runs/{run}.json"));
+    let before = std::fs::read(&pointer).unwrap();
+    let live_journal = b.repo().join("runstate/live.jsonl");
+    let state = || {
+        let (code, out, err) = cli(&b.home(), &["journal", "show", &run]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["tasks"]["H"]["state"].as_str().map(str::to_string)
+    };
+    let live_files = tree(&b.repo().join("runstate"));
+    assert!(live_files.len() >= 3, "{live_files:?}");
+    // Every finished run, however recent: the live one is not over, so it is never selected.
+    let (code, out, err) = cli(&b.home(), &["prune", "--finished-before", "1s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("pruned {}", old.id())), "{out}");
+    assert!(out.contains(&format!("kept {}: a supervisor holds its lock", held.id())), "{out}");
+    assert!(!out.contains(&run), "{out}");
+    assert!(held.pointer.journal_path().exists());
+    assert_eq!(std::fs::read(&pointer).unwrap(), before, "the live run's pointer is untouched");
+    assert!(live_journal.exists() && b.repo().join("runstate/live.plan.json").exists());
+    for (path, _, _) in &live_files {
+        assert!(path.exists(), "the live run's {} stays", path.display());
+    }
+    assert_eq!(state().as_deref(), Some("leased"), "the turn runs on");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(state().as_deref(), Some("leased"));
 }

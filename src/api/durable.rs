@@ -203,7 +203,9 @@ impl Durable {
         v["session_id"] = json!(session_id);
         v["live"] = json!(live);
         if let Some(t) = planned {
-            v["usage"] = json!(self.log_usage(t.adapter, &logfile));
+            let kept =
+                (!logfile.exists()).then(|| crate::spend::kept_usage(&files.pointer).remove(task.as_str())).flatten();
+            v["usage"] = json!(kept.unwrap_or_else(|| self.log_usage(t.adapter, &logfile)));
         }
         v["logfile"] = json!(logfile);
         v["log_exists"] = json!(logfile.exists());

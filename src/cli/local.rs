@@ -139,6 +139,56 @@ pub(super) fn inbox_take(run: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+pub(super) fn prune(finished_before: Option<&str>, logs_only: bool, dry_run: bool, json: bool) -> Result<(), CliError> {
+    let home = home()?;
+    let opts = match finished_before {
+        Some(age) => crate::prune::Options {
+            older_than: crate::summary::parse_age(age)
+                .ok_or_else(|| usage(format!("--finished-before must be an age such as 30d, 12h, 2w; got {age:?}")))?,
+            logs_only,
+            dry_run,
+        },
+        None => match crate::prune::retention(&home).map_err(CliError::Failed)? {
+            Some(o) => crate::prune::Options { logs_only: logs_only || o.logs_only, dry_run, ..o },
+            None => {
+                return Err(usage(format!(
+                    "give --finished-before AGE, or set {{\"v\":\"retention/v1\",\"finished_before\":\"30d\"}} in {}",
+                    home.root.join("retention.json").display()
+                )));
+            }
+        },
+    };
+    let report = crate::prune::prune(&home, &opts).map_err(CliError::Failed)?;
+    if json {
+        print_json(&report);
+        return Ok(());
+    }
+    let verb = if dry_run { "would prune" } else { "pruned" };
+    let what = if opts.logs_only { "logs of " } else { "" };
+    for p in &report.pruned {
+        out(&format!(
+            "{verb} {what}{} ({}, last active {}): {} paths, {} bytes",
+            p.run_id,
+            p.status,
+            p.last_activity.as_deref().unwrap_or("?"),
+            p.removed.len(),
+            p.bytes
+        ));
+        if dry_run {
+            for r in &p.removed {
+                out(&format!("  {}", r.display()));
+            }
+        }
+    }
+    for k in &report.kept {
+        out(&format!("kept {}: {}", k.run_id, k.reason));
+    }
+    let freed = if dry_run { "would free" } else { "freed" };
+    let only = if opts.logs_only { " (logs only)" } else { "" };
+    out(&format!("{verb} {} runs{only}, {freed} {} bytes", report.pruned.len(), report.bytes));
+    Ok(())
+}
+
 pub(super) fn clean(run: &str) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;

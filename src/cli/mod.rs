@@ -254,6 +254,23 @@ enum Cmd {
     /// Remove a run's task worktrees and task branches (what its supervisor removes when the run
     /// ends). Refused while the run's supervisor is live.
     Clean { run: String },
+    /// Remove finished and failed runs whose last activity is older than an age: their pointer,
+    /// summary and runstate files (journal, plan, logs…), or only their logs with --logs-only. Never a
+    /// live or paused run, never git. Without --finished-before: $HARNESS_HOME/retention.json.
+    Prune {
+        /// An age: 30d, 12h, 2w, 90m.
+        #[arg(long, value_name = "AGE")]
+        finished_before: Option<String>,
+        /// Remove only the task logs (and the supervisor's log), keeping journal, plan and usage.
+        #[arg(long)]
+        logs_only: bool,
+        /// Print what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The DynWF inbox of a run (DynWF runs have no supervisor socket).
     #[command(subcommand)]
     Inbox(InboxCmd),
@@ -608,6 +625,9 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
         Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
         Cmd::Clean { run } => local::clean(&run),
+        Cmd::Prune { finished_before, logs_only, dry_run, json } => {
+            local::prune(finished_before.as_deref(), logs_only, dry_run, json)
+        }
         Cmd::Token { url } => local::token(url),
         Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
             local::inbox_append(&run, verb, task.as_deref(), msg, interrupt, &by)

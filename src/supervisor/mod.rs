@@ -279,6 +279,20 @@ pub async fn supervise(
             Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
             _ => {}
         }
+        // The home's retention setting, applied as each run ends (never failing it).
+        let h = home.clone();
+        let pruned = tokio::task::spawn_blocking(move || match crate::prune::retention(&h) {
+            Ok(Some(opts)) => crate::prune::prune(&h, &opts).map(|r| r.pruned.len()),
+            Ok(None) => Ok(0),
+            Err(e) => Err(e),
+        })
+        .await;
+        match pruned {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(RUN_ID = %run_id, runs = n, "old runs pruned (retention.json)"),
+            Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "retention not applied"),
+            Err(_) => {}
+        }
     }
     if let Some(p) = &liveness_path {
         let _ = liveness::update(p, &run_id, |l| {
