@@ -286,11 +286,15 @@ pub fn plane_of(s: &str) -> Option<Plane> {
     }
 }
 
-/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (a positive whole number and one unit).
+/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (a whole number and one unit; one too large for
+/// the clock is as old as the clock).
 pub fn parse_age(s: &str) -> Option<std::time::Duration> {
     let unit = s.chars().last()?;
-    let n: u64 = s[..s.len() - unit.len_utf8()].parse().ok().filter(|n| *n > 0)?;
-    let secs = match unit {
+    let digits = &s[..s.len() - unit.len_utf8()];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: u64 = match unit {
         's' => 1,
         'm' => 60,
         'h' => 3600,
@@ -298,5 +302,57 @@ pub fn parse_age(s: &str) -> Option<std::time::Duration> {
         'w' => 7 * 86_400,
         _ => return None,
     };
-    n.checked_mul(secs).map(std::time::Duration::from_secs)
+    let n = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Some(std::time::Duration::from_secs(n.saturating_mul(secs)))
+}
+
+/// An RFC 3339 time (`2026-12-01T10:00:00Z`, `…T10:00:00.5+01:00`; `T`/`Z` in either case) in ns
+/// since the epoch. A day past its month's end counts on into the next month.
+pub fn parse_time(s: &str) -> Option<i128> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let d = b.get(r)?;
+        d.iter().all(|c| c.is_ascii_digit()).then(|| std::str::from_utf8(d).ok()?.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 59 {
+        return None;
+    }
+    let mut i = 19;
+    let mut frac_ns: i128 = 0;
+    if b[i] == b'.' {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let digits = &s[start..i.min(start + 9)];
+        frac_ns = digits.parse::<i128>().ok()? * 10i128.pow(9 - digits.len() as u32);
+    }
+    let offset_s: i64 = match &b[i..] {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            (oh * 3600 + om * 60) * if *sign == b'+' { 1 } else { -1 }
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
+    Some(secs as i128 * 1_000_000_000 + frac_ns)
 }

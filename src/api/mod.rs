@@ -143,6 +143,9 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
     let mut seen = std::collections::HashSet::new();
     for kv in raw.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        if k == "token" {
+            continue; // the bearer token may ride in the query (`guard` reads it); it is no filter
+        }
         let v = routes::percent_decode(v).map_err(|e| bad(k, e))?;
         if k != "status" && !seen.insert(k.to_string()) {
             return Err(bad(k, "given twice".into()));
@@ -172,11 +175,7 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
                     clamped = Some(overview::PAGE_MAX);
                 }
             }
-            "after" => {
-                if !v.is_empty() {
-                    q.after = Some(overview::Cursor::parse(&v).map_err(|e| bad(k, e))?);
-                }
-            }
+            "after" => q.after = Some(overview::Cursor::parse(&v).map_err(|e| bad(k, e))?),
             "status" => {
                 for s in v.split(',') {
                     let st = match s {
@@ -213,8 +212,6 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
             }
             "q" => q.q = Some(text(&v)?.to_lowercase()),
             "since" => q.since = Some(since(&v).map_err(|e| bad(k, e))?),
-            // The bearer token may ride in the query (`guard`); it is no filter.
-            "token" => {}
             other => {
                 return Err(bad(
                     other,
@@ -228,15 +225,17 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
 
 /// A `since` value: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) meaning that long ago.
 fn since(v: &str) -> Result<i128, String> {
-    if let Ok(t) = humantime::parse_rfc3339_weak(v) {
-        return Ok(t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128));
+    if let Some(t) = crate::summary::parse_time(v) {
+        return Ok(t);
     }
     match crate::summary::parse_age(v) {
         Some(age) => {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             Ok(now.as_nanos() as i128 - age.as_nanos() as i128)
         }
-        None => Err(format!("must be an RFC 3339 time or an age such as 15m, 2h, 7d; got {v:?}")),
+        None => {
+            Err(format!("must be an RFC 3339 time (2026-12-01T10:00:00Z) or an age such as 15m, 2h, 7d; got {v:?}"))
+        }
     }
 }
 
