@@ -27,7 +27,7 @@ pub const VERSION: &str = "runsummary/v1";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fp {
     pub len: u64,
-    pub mtime_ns: i128,
+    pub mtime_ns: i64,
     pub ino: u64,
 }
 
@@ -35,7 +35,7 @@ impl Fp {
     pub fn of(path: &Path) -> Option<Fp> {
         std::fs::metadata(path).ok().map(|m| Fp {
             len: m.len(),
-            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            mtime_ns: m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec()),
             ino: m.ino(),
         })
     }
@@ -64,7 +64,7 @@ pub struct Head {
     pub pointer: Pointer,
     /// The journal's last record time (else the pointer's `created`), in ns since the epoch: the
     /// Overview's sort key.
-    pub activity_ns: i128,
+    pub activity_ns: i64,
     pub status: RunStatus,
     /// The supervisor the liveness sidecar names (whether it is alive is asked per request).
     pub supervisor_pid: Option<i32>,
@@ -205,17 +205,18 @@ impl RunFiles {
 
     /// The last record's time, else the pointer's creation, in ns since the epoch (0 when neither
     /// parses).
-    pub fn activity_ns(&self) -> i128 {
+    pub fn activity_ns(&self) -> i64 {
         activity_ns(self.view.last_ts.as_deref().unwrap_or(&self.pointer.created))
     }
 }
 
-/// An RFC 3339 time in ns since the epoch (0 when it does not parse: sorted last).
-pub fn activity_ns(ts: &str) -> i128 {
+/// An RFC 3339 time in ns since the epoch (0 when it does not parse: sorted last). ns fit an i64
+/// until 2262.
+pub fn activity_ns(ts: &str) -> i64 {
     humantime::parse_rfc3339_weak(ts)
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as i128)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 /// Computes `pointer`'s summary from its files. `pointer_fp` is the pointer file's fingerprint taken

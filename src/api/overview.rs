@@ -131,8 +131,9 @@ struct Inner {
     runs: HashMap<RunId, Entry>,
     order: BTreeMap<Cursor, Arc<Item>>,
     watch: Option<Watch>,
-    /// The watches the first look left to a thread (the first answer does not wait for them).
-    watching: Option<std::thread::JoinHandle<Option<Watch>>>,
+    /// The watches the first look left to a thread (the first answer does not wait for them), and
+    /// the runs that thread found changed or new once their directories were watched.
+    watching: Option<std::thread::JoinHandle<(Option<Watch>, Vec<RunId>)>>,
     /// Runs whose runstate directory could not be watched: looked at on every request.
     polled: HashSet<RunId>,
     tallies: LogTallies,
@@ -189,22 +190,25 @@ impl Overview {
         if !inner.ready {
             self.cold(inner);
             inner.ready = true;
-        } else if inner.watch.is_some() {
-            let (mut dirty, full) = drain(inner);
-            if full {
-                self.rescan(inner);
-            } else {
-                dirty.extend(inner.polled.iter().cloned());
-                for run in dirty {
-                    self.revalidate(inner, &run);
-                }
-            }
-        } else if inner.watching.as_ref().is_some_and(|h| h.is_finished()) {
-            let watch = inner.watching.take().and_then(|h| h.join().ok()).flatten();
-            self.adopt(inner, watch);
         } else {
-            // Watches not (yet) in place: every run is looked at.
-            self.rescan(inner);
+            // The watches the first look left to a thread: waited for once.
+            if let Some((watch, stale)) = inner.watching.take().and_then(|h| h.join().ok()) {
+                self.adopt(inner, watch, stale);
+            }
+            if inner.watch.is_some() {
+                let (mut dirty, full) = drain(inner);
+                if full {
+                    self.rescan(inner);
+                } else {
+                    dirty.extend(inner.polled.iter().cloned());
+                    for run in dirty {
+                        self.revalidate(inner, &run);
+                    }
+                }
+            } else {
+                // Nothing can be watched: every run is looked at.
+                self.rescan(inner);
+            }
         }
         if inner.unsaved && inner.saved_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY) {
             self.save(inner);
@@ -217,36 +221,46 @@ impl Overview {
     fn cold(&self, inner: &mut Inner) {
         let started = Instant::now();
         let runs_dir = self.home.runs_dir();
-        let snapshot = read_snapshot(&runs_dir);
-        let ids = registered(&runs_dir);
+        // The registry is listed while the snapshot is read.
+        let (snapshot, listed) = std::thread::scope(|s| {
+            let lister = s.spawn(|| registered(&runs_dir));
+            let snapshot = read_snapshot(&runs_dir);
+            (snapshot, lister.join().unwrap_or_default())
+        });
+        let listed: HashMap<RunId, u64> = listed.into_iter().collect();
         let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-        let chunk = ids.len().div_ceil(threads).max(64);
-        let (runs_dir, snapshot) = (&runs_dir, &snapshot);
-        let loaded: Vec<Loaded> = std::thread::scope(|s| {
-            let handles: Vec<_> = ids
-                .chunks(chunk)
-                .map(|c| {
+        let text = snapshot.text;
+        let in_snapshot = snapshot.rows.len();
+        // The snapshot's lines whose run is still registered and unchanged (each taken, not copied).
+        let chunk = in_snapshot.div_ceil(threads).max(64);
+        let mut lines = snapshot.rows;
+        let mut parts = Vec::new();
+        while lines.len() > chunk {
+            let rest = lines.split_off(chunk);
+            parts.push(std::mem::replace(&mut lines, rest));
+        }
+        parts.push(lines);
+        let (listed_ref, text_ref) = (&listed, &text);
+        let fresh: Vec<Loaded> = std::thread::scope(|s| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| {
                     s.spawn(move || {
-                        let mut tallies = LogTallies::default();
-                        let mut out = Vec::with_capacity(c.len());
-                        for (run, ino) in c {
-                            // The pointer is replaced by rename (a new inode) whenever it is rewritten.
-                            // A finished or failed run's liveness sidecar is not looked at here (its
-                            // supervisor is gone; the look after the watches are in place does).
-                            if let Some((h, row)) = snapshot.rows.get(run)
-                                && h.fps.pointer.is_some_and(|f| f.ino == *ino)
-                                && Fp::of(&h.pointer.journal_path()) == h.fps.journal
-                                && (matches!(h.status, RunStatus::Finished | RunStatus::Failed)
-                                    || summary::is_fresh(h, h.fps.pointer))
-                            {
-                                let row = Row::Shared(snapshot.text.clone(), row.clone());
-                                let item = Item { head: h.clone(), row, checked: Default::default() };
-                                out.push((run.clone(), h.fps.pointer, item, true));
-                                continue;
-                            }
-                            let pfp = Fp::of(&pointer_path(runs_dir, run));
-                            if let Some(s) = self.load(run, pfp, &mut tallies) {
-                                out.push((run.clone(), pfp, s.into(), false));
+                        let mut out = Vec::with_capacity(part.len());
+                        for (h, row) in part {
+                            // The pointer is replaced by rename (a new inode) whenever it is
+                            // rewritten. A finished or failed run's liveness sidecar is not looked at
+                            // here (its supervisor is gone; the look once the watches are in place does).
+                            let run = h.pointer.run_id.clone();
+                            let unchanged =
+                                listed_ref.get(&run).is_some_and(|ino| h.fps.pointer.is_some_and(|f| f.ino == *ino))
+                                    && Fp::of(&h.pointer.journal_path()) == h.fps.journal
+                                    && (matches!(h.status, RunStatus::Finished | RunStatus::Failed)
+                                        || summary::is_fresh(&h, h.fps.pointer));
+                            if unchanged {
+                                let pfp = h.fps.pointer;
+                                let row = Row::Shared(text_ref.clone(), row);
+                                out.push((run, pfp, Item { head: h, row, checked: Default::default() }, true));
                             }
                         }
                         out
@@ -255,28 +269,54 @@ impl Overview {
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
         });
-        let n = loaded.len();
-        let from_snapshot = loaded.iter().filter(|l| l.3).count();
-        let mut dirs: Vec<(RunId, PathBuf)> = Vec::with_capacity(n);
-        for (run, pfp, s, _) in loaded {
-            dirs.push((run.clone(), s.head.pointer.runstate_dir.clone()));
+        // The others: from their summary files, else their journals.
+        let taken: HashSet<&RunId> = fresh.iter().map(|l| &l.0).collect();
+        let rest: Vec<&RunId> = listed.keys().filter(|r| !taken.contains(r)).collect();
+        let chunk = rest.len().div_ceil(threads).max(64);
+        let runs_dir_ref = &runs_dir;
+        let rebuilt: Vec<Loaded> = std::thread::scope(|s| {
+            let handles: Vec<_> = rest
+                .chunks(chunk)
+                .map(|c| {
+                    s.spawn(move || {
+                        let mut tallies = LogTallies::default();
+                        let mut out = Vec::with_capacity(c.len());
+                        for run in c {
+                            let pfp = Fp::of(&pointer_path(runs_dir_ref, run));
+                            if let Some(s) = self.load(run, pfp, &mut tallies) {
+                                out.push(((*run).clone(), pfp, s.into(), false));
+                            }
+                        }
+                        out
+                    })
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
+        });
+        drop(taken);
+        let from_snapshot = fresh.len();
+        let n = fresh.len() + rebuilt.len();
+        inner.runs.reserve(n);
+        for (run, pfp, s, _) in fresh.into_iter().chain(rebuilt) {
             self.insert(inner, run, pfp, s);
         }
-        inner.unsaved = from_snapshot != n || snapshot.rows.len() != n;
-        let runs_dir = runs_dir.clone();
-        inner.watching = Some(std::thread::spawn(move || start_watch(&runs_dir, dirs)));
+        inner.unsaved = from_snapshot != n || in_snapshot != n;
+        let items: Vec<Arc<Item>> = inner.order.values().cloned().collect();
+        inner.watching = Some(std::thread::spawn(move || start_watch(&runs_dir, items)));
         tracing::info!(runs = n, from_snapshot, ms = started.elapsed().as_millis() as u64, "overview index built");
     }
 
-    /// Takes the watches the first look's thread made; then looks at every run once, since changes
-    /// made before a directory was watched raised no event.
-    fn adopt(&self, inner: &mut Inner, watch: Option<Watch>) {
+    /// Takes the watches the first look's thread made, and looks again at the runs it found changed
+    /// (or new) after their directories were watched: changes made before raised no event.
+    fn adopt(&self, inner: &mut Inner, watch: Option<Watch>, stale: Vec<RunId>) {
         inner.watch = watch;
         if let Some(w) = &mut inner.watch {
             let watched: HashSet<&RunId> = w.runs_in.values().flatten().collect();
             inner.polled = inner.runs.keys().filter(|r| !watched.contains(r)).cloned().collect();
+            for run in stale {
+                self.revalidate(inner, &run);
+            }
         }
-        self.rescan(inner);
     }
 
     /// Every run again: after an inotify queue overflow, or while nothing is watched.
@@ -371,6 +411,9 @@ impl Overview {
     }
 
     fn insert(&self, inner: &mut Inner, run: RunId, pfp: Option<Fp>, s: Item) {
+        if inner.runs.contains_key(&run) {
+            self.remove(inner, &run); // e.g. a run twice in a hand-edited snapshot: the last wins
+        }
         let s = Arc::new(s);
         // A run of a watched directory (`runs_in` keeps a directory's key while it is watched).
         if let Some(w) = &mut inner.watch
@@ -378,14 +421,14 @@ impl Overview {
         {
             set.insert(run.clone());
         }
-        inner.order.insert(Cursor(s.head.activity_ns, run.clone()), s.clone());
+        inner.order.insert(Cursor(s.head.activity_ns as i128, run.clone()), s.clone());
         inner.runs.insert(run, Entry { pointer_fp: pfp, s });
         inner.unsaved = true;
     }
 
     fn remove(&self, inner: &mut Inner, run: &RunId) {
         if let Some(e) = inner.runs.remove(run) {
-            inner.order.remove(&Cursor(e.s.head.activity_ns, run.clone()));
+            inner.order.remove(&Cursor(e.s.head.activity_ns as i128, run.clone()));
             if let Some(w) = &mut inner.watch
                 && let Some(set) = w.runs_in.get_mut(&e.s.head.pointer.runstate_dir)
             {
@@ -422,7 +465,7 @@ impl Overview {
 #[derive(Default)]
 struct Snapshot {
     text: Arc<String>,
-    rows: HashMap<RunId, (Head, std::ops::Range<usize>)>,
+    rows: Vec<(Head, std::ops::Range<usize>)>,
 }
 
 fn read_snapshot(runs_dir: &Path) -> Snapshot {
@@ -443,15 +486,14 @@ fn read_snapshot(runs_dir: &Path) -> Snapshot {
             .chunks(chunk)
             .map(|c| {
                 s.spawn(move || {
-                    c.iter()
-                        .filter_map(|r| {
-                            let tab = r.start + memchr::memchr(b'\t', &all[r.clone()])?;
-                            let head = serde_json::from_slice::<Head>(&all[r.start..tab]).ok()?;
-                            let row = tab + 1..r.end;
-                            (head.v == summary::VERSION && all[row.clone()].ends_with(b"}"))
-                                .then(|| (head.pointer.run_id.clone(), (head, row)))
-                        })
-                        .collect::<Vec<_>>()
+                    let mut out = Vec::with_capacity(c.len());
+                    out.extend(c.iter().filter_map(|r| {
+                        let tab = r.start + memchr::memchr(b'\t', &all[r.clone()])?;
+                        let head = serde_json::from_slice::<Head>(&all[r.start..tab]).ok()?;
+                        let row = tab + 1..r.end;
+                        (head.v == summary::VERSION && all[row.clone()].ends_with(b"}")).then_some((head, row))
+                    }));
+                    out
                 })
             })
             .collect();
@@ -481,13 +523,14 @@ fn registered(runs_dir: &Path) -> Vec<(RunId, u64)> {
 }
 
 /// Watches the registry and each run's runstate directory (`None`: inotify is unavailable, and every
-/// request looks at every run).
-fn start_watch(runs_dir: &Path, runs: Vec<(RunId, PathBuf)>) -> Option<Watch> {
+/// request looks at every run). Also the runs to look at again: those whose files changed, or that
+/// were registered, before their directory (or the registry) was watched.
+fn start_watch(runs_dir: &Path, items: Vec<Arc<Item>>) -> (Option<Watch>, Vec<RunId>) {
     let ino = match Inotify::init() {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, "inotify unavailable: GET /runs looks at every run on each request");
-            return None;
+            return (None, Vec::new());
         }
     };
     let _ = std::fs::create_dir_all(runs_dir);
@@ -496,15 +539,18 @@ fn start_watch(runs_dir: &Path, runs: Vec<(RunId, PathBuf)>) -> Option<Watch> {
         Ok(wd) => wd,
         Err(e) => {
             tracing::warn!(error = %e, "cannot watch the registry: GET /runs looks at every run on each request");
-            return None;
+            return (None, Vec::new());
         }
     };
     let mut w = Watch { ino, runs_wd, dirs: HashMap::new(), runs_in: HashMap::new(), buf: vec![0; 64 * 1024] };
     let mut watches = w.ino.watches();
-    let mut failed = 0;
-    for (run, dir) in runs {
-        if !w.runs_in.contains_key(&dir) {
-            match watches.add(&dir, DIR_MASK) {
+    let (mut failed, mut stale) = (0, Vec::new());
+    let mut known = HashSet::with_capacity(items.len());
+    for item in &items {
+        let (run, dir) = (&item.head.pointer.run_id, &item.head.pointer.runstate_dir);
+        known.insert(run);
+        if !w.runs_in.contains_key(dir) {
+            match watches.add(dir, DIR_MASK) {
                 Ok(wd) => {
                     w.dirs.insert(wd, dir.clone());
                 }
@@ -514,15 +560,20 @@ fn start_watch(runs_dir: &Path, runs: Vec<(RunId, PathBuf)>) -> Option<Watch> {
                 }
             }
         }
-        w.runs_in.entry(dir).or_default().insert(run);
+        w.runs_in.entry(dir.clone()).or_default().insert(run.clone());
+        let pfp = item.head.fps.pointer;
+        if Fp::of(&pointer_path(runs_dir, run)) != pfp || !summary::is_fresh(&item.head, pfp) {
+            stale.push(run.clone());
+        }
     }
+    stale.extend(registered(runs_dir).into_iter().map(|(r, _)| r).filter(|r| !known.contains(r)));
     if failed > 0 {
         tracing::warn!(
             failed,
             "runstate directories not watched (inotify limits?): their runs are looked at on every request"
         );
     }
-    Some(w)
+    (Some(w), stale)
 }
 
 /// The runs the queued events name, and whether every run must be looked at (overflow, no inotify).
@@ -592,7 +643,7 @@ fn page(inner: &Inner, q: &Query) -> (Page, Vec<RunId>) {
             && q.repo.as_ref().is_none_or(|x| *x == p.repo)
             && q.branch.as_ref().is_none_or(|x| Some(x) == p.branch.as_ref())
             && q.plane.is_none_or(|x| x == p.plane)
-            && q.since.is_none_or(|t| s.activity_ns > t)
+            && q.since.is_none_or(|t| s.activity_ns as i128 > t)
             && q.q.as_ref().is_none_or(|x| {
                 p.slug.as_str().to_lowercase().contains(x.as_str()) || p.run_id.as_str().contains(x.as_str())
             })
