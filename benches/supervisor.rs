@@ -74,8 +74,10 @@ fn main() {
         wait("registration", &mut || {
             let Ok(rd) = std::fs::read_dir(&runs) else { return false };
             // Skip the temp file of an atomic write in progress.
-            let Some(name) =
-                rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| !n.starts_with('.'))
+            let Some(name) = rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| !n.starts_with('.') && n.ends_with(".json"))
             else {
                 return false;
             };

@@ -76,8 +76,10 @@ fn watch_is_exact_across_an_api_restart_while_three_runs_move() {
         let mut v: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(b.home().join("runs"))
             .unwrap()
             .flatten()
-            .map(|e| e.file_name().to_string_lossy().trim_end_matches(".json").to_string())
-            .filter(|n| !n.starts_with('.'))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            // Pointers only: the registry also holds each run's summary (`<runId>.summary`).
+            .filter(|n| !n.starts_with('.') && n.ends_with(".json"))
+            .map(|n| n.trim_end_matches(".json").to_string())
             .map(|id| {
                 let slug = id.split("--").nth(1).unwrap().to_string();
                 (id, b.dir.path().join(format!("repo-{slug}/runstate/{slug}.jsonl")))
