@@ -543,30 +543,54 @@ fn start_watch(runs_dir: &Path, items: Vec<Arc<Item>>) -> (Option<Watch>, Vec<Ru
         }
     };
     let mut w = Watch { ino, runs_wd, dirs: HashMap::new(), runs_in: HashMap::new(), buf: vec![0; 64 * 1024] };
-    let mut watches = w.ino.watches();
+    // Listed once the registry is watched: a pointer replaced before has another inode (pointers are
+    // replaced by rename); one replaced after raised an event.
+    let listed: HashMap<RunId, u64> = registered(runs_dir).into_iter().collect();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+    let chunk = items.len().div_ceil(threads).max(256);
+    let (watches, listed_ref) = (w.ino.watches(), &listed);
+    type Part = (Vec<(WatchDescriptor, PathBuf, RunId)>, Vec<RunId>, usize);
+    let parts: Vec<Part> = std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| {
+                let mut watches = watches.clone();
+                s.spawn(move || {
+                    let (mut added, mut stale, mut failed) = (Vec::with_capacity(c.len()), Vec::new(), 0);
+                    for item in c {
+                        let h = &item.head;
+                        let (run, dir) = (&h.pointer.run_id, &h.pointer.runstate_dir);
+                        // The same descriptor again when another run's turn watched it already.
+                        match watches.add(dir, DIR_MASK) {
+                            Ok(wd) => added.push((wd, dir.clone(), run.clone())),
+                            Err(_) => {
+                                failed += 1;
+                                continue;
+                            }
+                        }
+                        let same_pointer =
+                            listed_ref.get(run).is_some_and(|ino| h.fps.pointer.is_some_and(|f| f.ino == *ino));
+                        if !same_pointer || !summary::is_fresh(h, h.fps.pointer) {
+                            stale.push(run.clone());
+                        }
+                    }
+                    (added, stale, failed)
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
     let (mut failed, mut stale) = (0, Vec::new());
-    let mut known = HashSet::with_capacity(items.len());
-    for item in &items {
-        let (run, dir) = (&item.head.pointer.run_id, &item.head.pointer.runstate_dir);
-        known.insert(run);
-        if !w.runs_in.contains_key(dir) {
-            match watches.add(dir, DIR_MASK) {
-                Ok(wd) => {
-                    w.dirs.insert(wd, dir.clone());
-                }
-                Err(_) => {
-                    failed += 1;
-                    continue;
-                }
-            }
-        }
-        w.runs_in.entry(dir.clone()).or_default().insert(run.clone());
-        let pfp = item.head.fps.pointer;
-        if Fp::of(&pointer_path(runs_dir, run)) != pfp || !summary::is_fresh(&item.head, pfp) {
-            stale.push(run.clone());
+    for (added, st, f) in parts {
+        failed += f;
+        stale.extend(st);
+        for (wd, dir, run) in added {
+            w.dirs.insert(wd, dir.clone());
+            w.runs_in.entry(dir).or_default().insert(run);
         }
     }
-    stale.extend(registered(runs_dir).into_iter().map(|(r, _)| r).filter(|r| !known.contains(r)));
+    let known: HashSet<&RunId> = items.iter().map(|i| &i.head.pointer.run_id).collect();
+    stale.extend(listed.into_keys().filter(|r| !known.contains(r)));
     if failed > 0 {
         tracing::warn!(
             failed,
