@@ -52,6 +52,13 @@ pub struct EventsPage {
     pub more: bool,
 }
 
+/// A page's headers: `Harness-Next-After`, `Harness-More`, `Harness-Total` (`/runs` only).
+struct Paging {
+    next_after: Option<String>,
+    more: bool,
+    total: Option<usize>,
+}
+
 /// One page of `GET /runs`.
 #[derive(Debug, Clone)]
 pub struct RunsPage {
@@ -142,13 +149,7 @@ impl Client {
             Some(a) => format!("/runs/{run}/tasks/{task}/events?after={a}"),
             None => format!("/runs/{run}/tasks/{task}/events"),
         };
-        let req = self.builder("GET", &path).body(Full::new(Bytes::new())).map_err(|e| self.unreachable(&e))?;
-        let resp = self.send(req).await?;
-        let status = resp.status().as_u16();
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let next_after = header("harness-next-after");
-        let more = header("harness-more").as_deref() == Some("true");
-        let body = self.body_of(resp).await?;
+        let (status, Paging { next_after, more, .. }, body) = self.get_page(&path).await?;
         if status != 200 {
             return Ok(Err((status, body)));
         }
@@ -167,14 +168,7 @@ impl Client {
         if let Some(a) = after {
             path.push_str(&format!("&after={}", query_value(a)));
         }
-        let req = self.builder("GET", &path).body(Full::new(Bytes::new())).map_err(|e| self.unreachable(&e))?;
-        let resp = self.send(req).await?;
-        let status = resp.status().as_u16();
-        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let next_after = header("harness-next-after");
-        let more = header("harness-more").as_deref() == Some("true");
-        let total = header("harness-total").and_then(|t| t.parse().ok());
-        let body = self.body_of(resp).await?;
+        let (status, Paging { next_after, more, total }, body) = self.get_page(&path).await?;
         if status != 200 {
             return Ok(Err((status, body)));
         }
@@ -182,6 +176,20 @@ impl Client {
             Ok(rows) => Ok(Ok(RunsPage { rows, next_after, more, total })),
             Err(e) => Ok(Err((status, Bytes::from(format!("GET /runs answered with no JSON array: {e}"))))),
         }
+    }
+
+    /// A GET of a paged route: status, the paging headers, and the body.
+    async fn get_page(&self, path: &str) -> Result<(u16, Paging, Bytes), Unreachable> {
+        let req = self.builder("GET", path).body(Full::new(Bytes::new())).map_err(|e| self.unreachable(&e))?;
+        let resp = self.send(req).await?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let paging = Paging {
+            next_after: header("harness-next-after"),
+            more: header("harness-more").as_deref() == Some("true"),
+            total: header("harness-total").and_then(|t| t.parse().ok()),
+        };
+        Ok((status, paging, self.body_of(resp).await?))
     }
 
     /// A whole response body.

@@ -104,30 +104,25 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
 /// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix: a temp file in
 /// the same directory (mode `mode`), fsync, rename over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), unique_suffix()));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    replace(path, bytes, mode, true)
 }
 
 /// Like `write_atomic` but without `fsync`: for caches that readers validate (a crash may leave the
 /// old content or an empty file, never a mix; both are rebuilt).
 pub fn replace_cache(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, bytes, mode, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), unique_suffix()));
     let result = (|| {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
         f.write_all(bytes)?;
+        if sync {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if result.is_err() {

@@ -13,7 +13,7 @@ use crate::ids::RunId;
 use crate::journal::{self, RunStatus, RunView, TaskState};
 use crate::liveness::{self, Liveness};
 use crate::plan::Plan;
-use crate::registry::{self, Plane, Pointer};
+use crate::registry::{self, Pointer};
 use crate::spend::LogTallies;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -278,33 +278,14 @@ pub fn read_pointer(path: &Path) -> Option<Pointer> {
     }
 }
 
-/// The plane names the filters accept.
-pub fn plane_of(s: &str) -> Option<Plane> {
-    match s {
-        "standalone" => Some(Plane::Standalone),
-        "dynwf" => Some(Plane::Dynwf),
-        _ => None,
-    }
-}
-
-/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (a whole number and one unit; one too large for
-/// the clock is as old as the clock).
+/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (`humantime`, as the plan's durations); one too
+/// large for the clock is as old as the clock.
 pub fn parse_age(s: &str) -> Option<std::time::Duration> {
-    let unit = s.chars().last()?;
-    let digits = &s[..s.len() - unit.len_utf8()];
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    match humantime::parse_duration(s) {
+        Ok(d) => Some(d),
+        Err(humantime::DurationError::NumberOverflow) => Some(std::time::Duration::MAX),
+        Err(_) => None,
     }
-    let secs: u64 = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        'w' => 7 * 86_400,
-        _ => return None,
-    };
-    let n = digits.parse::<u64>().unwrap_or(u64::MAX);
-    Some(std::time::Duration::from_secs(n.saturating_mul(secs)))
 }
 
 /// An RFC 3339 time (`2026-12-01T10:00:00Z`, `…T10:00:00.5+01:00`; `T`/`Z` in either case) in ns

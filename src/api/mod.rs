@@ -155,25 +155,9 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
         };
         match k {
             "limit" => {
-                let n = match v.parse::<u64>() {
-                    Ok(n) if n > 0 => n,
-                    _ if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.bytes().any(|b| b != b'0') => {
-                        u64::MAX
-                    }
-                    _ => {
-                        return Err(bad(
-                            k,
-                            format!(
-                                "must be a positive integer (pages hold at most {}), got {v:?}",
-                                overview::PAGE_MAX
-                            ),
-                        ));
-                    }
-                };
-                q.limit = (n.min(overview::PAGE_MAX as u64)) as usize;
-                if n > overview::PAGE_MAX as u64 {
-                    clamped = Some(overview::PAGE_MAX);
-                }
+                let (n, over) = page_limit(&v, overview::PAGE_MAX).map_err(|e| bad(k, format!("{e}, got {v:?}")))?;
+                q.limit = n;
+                clamped = over.then_some(n);
             }
             "after" => q.after = Some(overview::Cursor::parse(&v).map_err(|e| bad(k, e))?),
             "status" => {
@@ -206,8 +190,8 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
             "branch" => q.branch = Some(text(&v)?),
             "plane" => {
                 q.plane = Some(
-                    crate::summary::plane_of(&v)
-                        .ok_or_else(|| bad(k, format!("must be standalone or dynwf, got {v:?}")))?,
+                    <crate::registry::Plane as clap::ValueEnum>::from_str(&v, false)
+                        .map_err(|_| bad(k, format!("must be standalone or dynwf, got {v:?}")))?,
                 )
             }
             "q" => q.q = Some(text(&v)?.to_lowercase()),
@@ -221,6 +205,16 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
         }
     }
     Ok((q, clamped))
+}
+
+/// A page size (`/events`, `/runs`): a positive integer; above `max` (digits too many for a u64
+/// included) it is `max`, and the answer says so (`true`).
+fn page_limit(v: &str, max: usize) -> Result<(usize, bool), String> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || v.bytes().all(|b| b == b'0') {
+        return Err(format!("must be a positive integer (pages hold at most {max})"));
+    }
+    let n = v.parse::<u64>().unwrap_or(u64::MAX);
+    Ok(((n.min(max as u64)) as usize, n > max as u64))
 }
 
 /// A `since` value: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) meaning that long ago.
@@ -416,17 +410,8 @@ async fn dispatch(
             // Above the largest page is served as the largest page, and the answer says so.
             let (limit, clamped) = match stream::query_param(q.as_deref(), "limit")? {
                 None => (stream::PAGE_DEFAULT, false),
-                Some(l) if !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()) && l.bytes().any(|b| b != b'0') => {
-                    // Digits too many for a u64 are a very large page: clamped like any other.
-                    let n = l.parse::<u64>().unwrap_or(u64::MAX);
-                    ((n as usize).min(stream::PAGE_MAX), n > stream::PAGE_MAX as u64)
-                }
-                Some(_) => {
-                    return Err(error_response(
-                        StatusCode::BAD_REQUEST,
-                        format!("limit must be a positive integer (pages hold at most {})", stream::PAGE_MAX),
-                    ));
-                }
+                Some(l) => page_limit(&l, stream::PAGE_MAX)
+                    .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("limit {e}")))?,
             };
             let a = api.clone();
             Ok(blocking(move || match stream::source(&a, &run, &task) {

@@ -79,11 +79,6 @@ pub struct Page {
     pub total: usize,
 }
 
-struct Entry {
-    pointer_fp: Option<Fp>,
-    s: Arc<Item>,
-}
-
 /// A run in the index: its summary's head, and its row, checked to be JSON once before it is served
 /// (a row from the snapshot is not parsed when the snapshot is read).
 struct Item {
@@ -113,9 +108,6 @@ impl From<Summary> for Item {
     }
 }
 
-/// A run as the first look found it: its summary, and whether that came from the snapshot.
-type Loaded = (RunId, Option<Fp>, Item, bool);
-
 struct Watch {
     ino: Inotify,
     runs_wd: WatchDescriptor,
@@ -128,7 +120,7 @@ struct Watch {
 #[derive(Default)]
 struct Inner {
     ready: bool,
-    runs: HashMap<RunId, Entry>,
+    runs: HashMap<RunId, Arc<Item>>,
     order: BTreeMap<Cursor, Arc<Item>>,
     watch: Option<Watch>,
     /// The watches the first look left to a thread (the first answer does not wait for them), and
@@ -241,7 +233,7 @@ impl Overview {
         }
         parts.push(lines);
         let (listed_ref, text_ref) = (&listed, &text);
-        let fresh: Vec<Loaded> = std::thread::scope(|s| {
+        let fresh: Vec<Item> = std::thread::scope(|s| {
             let handles: Vec<_> = parts
                 .into_iter()
                 .map(|part| {
@@ -251,16 +243,15 @@ impl Overview {
                             // The pointer is replaced by rename (a new inode) whenever it is
                             // rewritten. A finished or failed run's liveness sidecar is not looked at
                             // here (its supervisor is gone; the look once the watches are in place does).
-                            let run = h.pointer.run_id.clone();
-                            let unchanged =
-                                listed_ref.get(&run).is_some_and(|ino| h.fps.pointer.is_some_and(|f| f.ino == *ino))
-                                    && Fp::of(&h.pointer.journal_path()) == h.fps.journal
-                                    && (matches!(h.status, RunStatus::Finished | RunStatus::Failed)
-                                        || summary::is_fresh(&h, h.fps.pointer));
+                            let unchanged = listed_ref
+                                .get(&h.pointer.run_id)
+                                .is_some_and(|ino| h.fps.pointer.is_some_and(|f| f.ino == *ino))
+                                && Fp::of(&h.pointer.journal_path()) == h.fps.journal
+                                && (matches!(h.status, RunStatus::Finished | RunStatus::Failed)
+                                    || summary::is_fresh(&h, h.fps.pointer));
                             if unchanged {
-                                let pfp = h.fps.pointer;
                                 let row = Row::Shared(text_ref.clone(), row);
-                                out.push((run, pfp, Item { head: h, row, checked: Default::default() }, true));
+                                out.push(Item { head: h, row, checked: Default::default() });
                             }
                         }
                         out
@@ -270,11 +261,11 @@ impl Overview {
             handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
         });
         // The others: from their summary files, else their journals.
-        let taken: HashSet<&RunId> = fresh.iter().map(|l| &l.0).collect();
+        let taken: HashSet<&RunId> = fresh.iter().map(|i| &i.head.pointer.run_id).collect();
         let rest: Vec<&RunId> = listed.keys().filter(|r| !taken.contains(r)).collect();
         let chunk = rest.len().div_ceil(threads).max(64);
         let runs_dir_ref = &runs_dir;
-        let rebuilt: Vec<Loaded> = std::thread::scope(|s| {
+        let rebuilt: Vec<Item> = std::thread::scope(|s| {
             let handles: Vec<_> = rest
                 .chunks(chunk)
                 .map(|c| {
@@ -284,7 +275,7 @@ impl Overview {
                         for run in c {
                             let pfp = Fp::of(&pointer_path(runs_dir_ref, run));
                             if let Some(s) = self.load(run, pfp, &mut tallies) {
-                                out.push(((*run).clone(), pfp, s.into(), false));
+                                out.push(s.into());
                             }
                         }
                         out
@@ -297,8 +288,8 @@ impl Overview {
         let from_snapshot = fresh.len();
         let n = fresh.len() + rebuilt.len();
         inner.runs.reserve(n);
-        for (run, pfp, s, _) in fresh.into_iter().chain(rebuilt) {
-            self.insert(inner, run, pfp, s);
+        for item in fresh.into_iter().chain(rebuilt) {
+            self.insert(inner, item);
         }
         inner.unsaved = from_snapshot != n || in_snapshot != n;
         let items: Vec<Arc<Item>> = inner.order.values().cloned().collect();
@@ -338,9 +329,9 @@ impl Overview {
             self.remove(inner, run);
             return;
         }
+        // Fresh: no file it came from changed, the pointer included.
         if let Some(e) = inner.runs.get(run)
-            && e.pointer_fp == pfp
-            && summary::is_fresh(&e.s.head, pfp)
+            && summary::is_fresh(&e.head, pfp)
         {
             return;
         }
@@ -373,14 +364,13 @@ impl Overview {
                 }
             }
         }
-        self.insert(inner, run.clone(), pfp, s.into());
+        self.insert(inner, s.into());
     }
 
     /// `run`'s summary: the one on disk when it is fresh, else rebuilt from the run's files (and
     /// written back). `None`: the pointer is garbled, or it was reaped (its runstate is gone).
     fn load(&self, run: &RunId, pfp: Option<Fp>, tallies: &mut LogTallies) -> Option<Summary> {
         if let Some(s) = summary::read(&self.home, run)
-            && s.head.fps.pointer == pfp
             && summary::is_fresh(&s.head, pfp)
         {
             return Some(s);
@@ -410,7 +400,8 @@ impl Overview {
         }
     }
 
-    fn insert(&self, inner: &mut Inner, run: RunId, pfp: Option<Fp>, s: Item) {
+    fn insert(&self, inner: &mut Inner, s: Item) {
+        let run = s.head.pointer.run_id.clone();
         if inner.runs.contains_key(&run) {
             self.remove(inner, &run); // e.g. a run twice in a hand-edited snapshot: the last wins
         }
@@ -422,15 +413,15 @@ impl Overview {
             set.insert(run.clone());
         }
         inner.order.insert(Cursor(s.head.activity_ns as i128, run.clone()), s.clone());
-        inner.runs.insert(run, Entry { pointer_fp: pfp, s });
+        inner.runs.insert(run, s);
         inner.unsaved = true;
     }
 
     fn remove(&self, inner: &mut Inner, run: &RunId) {
         if let Some(e) = inner.runs.remove(run) {
-            inner.order.remove(&Cursor(e.s.head.activity_ns as i128, run.clone()));
+            inner.order.remove(&Cursor(e.head.activity_ns as i128, run.clone()));
             if let Some(w) = &mut inner.watch
-                && let Some(set) = w.runs_in.get_mut(&e.s.head.pointer.runstate_dir)
+                && let Some(set) = w.runs_in.get_mut(&e.head.pointer.runstate_dir)
             {
                 set.remove(run);
             }
