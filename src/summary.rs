@@ -278,14 +278,25 @@ pub fn read_pointer(path: &Path) -> Option<Pointer> {
     }
 }
 
-/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (`humantime`, as the plan's durations); one too
-/// large for the clock is as old as the clock.
+/// An age such as `90s`, `15m`, `2h`, `7d` or `2w` (a whole number and one unit; one too large for
+/// the clock is as old as the clock). Not `humantime::parse_duration`: that also takes a bare `0` and
+/// `1h 30m`, which the API's `since` (its OpenAPI pattern) refuses.
 pub fn parse_age(s: &str) -> Option<std::time::Duration> {
-    match humantime::parse_duration(s) {
-        Ok(d) => Some(d),
-        Err(humantime::DurationError::NumberOverflow) => Some(std::time::Duration::MAX),
-        Err(_) => None,
+    let unit = s.chars().last()?;
+    let digits = &s[..s.len() - unit.len_utf8()];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
+    let secs: u64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 7 * 86_400,
+        _ => return None,
+    };
+    let n = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Some(std::time::Duration::from_secs(n.saturating_mul(secs)))
 }
 
 /// An RFC 3339 time (`2026-12-01T10:00:00Z`, `…T10:00:00.5+01:00`; `T`/`Z` in either case) in ns
