@@ -99,7 +99,9 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
                     // Redo the task's work (after a conflict its fresh worktree starts from the tip).
                     let i: usize = t[1..].parse().unwrap();
                     let msg = format!("continue: {}", prompt(i));
-                    let r = control(&sock, &serde_json::json!({"verb":"steer","task":t,"msg":msg,"by":"chaos"}));
+                    // The supervisor may end (the run finished) between the look and the steer.
+                    let req = serde_json::json!({"verb":"steer","task":t,"msg":msg,"by":"chaos"});
+                    let Ok(r) = try_control(&sock, &req) else { break };
                     if r["ok"] == true {
                         *done.entry("steer").or_default() += 1;
                     }
@@ -117,7 +119,8 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
             }
             3..=4 if live => {
                 // SIGKILL one running wrapper.
-                let st = control(&sock, &serde_json::json!({"verb":"status"}));
+                // The run may have finished since the look: its supervisor is gone, nothing to kill.
+                let Ok(st) = try_control(&sock, &serde_json::json!({"verb":"status"})) else { continue };
                 let pgids: Vec<i64> = st["tasks"]
                     .as_object()
                     .map(|m| m.values().filter_map(|t| t["pgid"].as_i64()).collect())

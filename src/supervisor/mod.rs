@@ -263,7 +263,13 @@ pub async fn supervise(
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     s.rearm_rate_limit();
-    let ending = s.serve(listener, shutdown).await?;
+    let ending = s.serve(listener, shutdown).await;
+    // Nobody listens any more: a client must find no socket (not running) rather than a refusal
+    // while the run-end work below (notifications, worktrees, retention) takes its time.
+    if let Some(p) = &sock_path {
+        let _ = std::fs::remove_file(p);
+    }
+    let ending = ending?;
     // The run's last records (finished, failed) are notified before this supervisor exits.
     let _ = notifier.stop.send(true);
     let _ = tokio::time::timeout(notifier::DRAIN + Duration::from_secs(1), notifier.task).await;
@@ -300,9 +306,6 @@ pub async fn supervise(
             l.supervisor_pid = None;
             l.tasks.clear();
         });
-    }
-    if let Some(p) = &sock_path {
-        let _ = std::fs::remove_file(p);
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!(RUN_ID = %run_id, ending = ?ending, "supervisor done");

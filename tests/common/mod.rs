@@ -314,8 +314,18 @@ pub fn unmappable(event: &serde_json::Value) -> bool {
 
 /// One request on a supervisor's control socket.
 pub fn control(sock: &Path, req: &serde_json::Value) -> serde_json::Value {
-    let mut s =
-        std::os::unix::net::UnixStream::connect(sock).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
+    try_control(sock, req).unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()))
+}
+
+/// One request on a supervisor's control socket that may have just gone (its run ended, or it was
+/// killed): the connect error is returned; anything after a connect still panics.
+#[allow(dead_code)]
+pub fn try_control(sock: &Path, req: &serde_json::Value) -> std::io::Result<serde_json::Value> {
+    let s = std::os::unix::net::UnixStream::connect(sock)?;
+    Ok(exchange(s, req))
+}
+
+fn exchange(mut s: std::os::unix::net::UnixStream, req: &serde_json::Value) -> serde_json::Value {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.write_all(format!("{req}\n").as_bytes()).unwrap();
     let mut line = String::new();
