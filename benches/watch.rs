@@ -12,7 +12,7 @@ use harness::home::Home;
 use harness::journal::{Journal, Record, RunEvent};
 use harness::registry;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,139 @@ const RUNS: usize = 100;
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// The clients' receipts: (marker, when the client had the event).
+type Receipts = Arc<Mutex<Vec<(String, Instant)>>>;
+
+/// `n` SSE readers as async tasks on `rt`: each sends one `GET /watch?since=now` and records when
+/// each marked event arrived.
+struct Clients {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    receipts: Receipts,
+    received: Arc<AtomicU64>,
+}
+
+impl Clients {
+    fn connect(rt: &tokio::runtime::Runtime, port: u16, n: usize) -> Clients {
+        let receipts: Receipts = Arc::default();
+        let received = Arc::new(AtomicU64::new(0));
+        let tasks = (0..n)
+            .map(|_| {
+                let (receipts, received) = (receipts.clone(), received.clone());
+                rt.spawn(async move {
+                    // A lean reader (as a browser's EventSource would be): raw reads, no timer per
+                    // line; it ends when the server goes away at the end of the bench.
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+                    let req = format!("GET /watch?since=now HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+                    s.write_all(req.as_bytes()).await.unwrap();
+                    let finder = memchr::memmem::Finder::new(b"\"detail\":\"m");
+                    let (mut buf, mut mine) = (Vec::with_capacity(16 * 1024), Vec::new());
+                    loop {
+                        if buf.capacity() - buf.len() < 4096 {
+                            buf.reserve(16 * 1024);
+                        }
+                        match s.read_buf(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) => {}
+                        }
+                        let now = Instant::now();
+                        // Whole events only (they end with a blank line); the rest waits.
+                        let Some(end) = memchr::memmem::rfind(&buf, b"\n\n") else { continue };
+                        // The marker is the record's detail: `m<k>`.
+                        for at in finder.find_iter(&buf[..end]) {
+                            let k = buf[at + 10..].iter().take_while(|c| **c != b'"').map(|c| *c as char).collect();
+                            received.fetch_add(1, Ordering::Relaxed);
+                            mine.push((k, now));
+                        }
+                        buf.drain(..end + 2);
+                    }
+                    receipts.lock().unwrap().extend(mine);
+                })
+            })
+            .collect();
+        Clients { tasks, receipts, received }
+    }
+
+    /// Waits for every reader to end (close their server first); returns the events received, the
+    /// latencies from `sent` in ms, and how many came before their `sent` time (counted as 0).
+    fn finish(self, rt: &tokio::runtime::Runtime, sent: &HashMap<String, Instant>) -> (u64, Vec<f64>, usize) {
+        rt.block_on(async {
+            for t in self.tasks {
+                let _ = t.await;
+            }
+        });
+        let mut early = 0;
+        let lat = self
+            .receipts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(k, at)| {
+                let done = sent.get(k)?;
+                if at < done {
+                    early += 1;
+                }
+                Some(at.saturating_duration_since(*done).as_secs_f64() * 1e3)
+            })
+            .collect();
+        (self.received.load(Ordering::Relaxed), lat, early)
+    }
+}
+
+/// The floor of this machine: the same clients, fed by two bare threads (this machine has two
+/// cores) that each own half of the sockets and write them events of a `/watch` frame's size: no
+/// HTTP, no journal, no runtime. `rate` events a second for `secs`; a thread that finds several
+/// events due writes them in one write per socket (the best any server could do). Returns the
+/// clients' p50/p99 from each event's due time, and the median time one pass over all sockets took.
+fn floor(rt: &tokio::runtime::Runtime, n: usize, rate: u64, secs: u64) -> (f64, f64, f64) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let clients = Clients::connect(rt, port, n);
+    let mut socks: Vec<std::net::TcpStream> = (0..n)
+        .map(|_| {
+            let (s, _) = listener.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            s
+        })
+        .collect();
+    let total = rate * secs;
+    let pad = "x".repeat(220);
+    let frame = |k: u64| {
+        format!(
+            "id: w1.0123456789abcdef.12:{k}\ndata: {{\"v\":\"watch/v1\",\"run\":\"{pad}\",\"record\":{{\"detail\":\"m{k}\"}}}}\n\n"
+        )
+    };
+    let start = Instant::now() + Duration::from_millis(100);
+    let due = |k: u64| start + Duration::from_micros(k * 1_000_000 / rate);
+    let spans: Mutex<Vec<f64>> = Mutex::default();
+    std::thread::scope(|scope| {
+        for half in socks.chunks_mut(n.div_ceil(2)) {
+            let (frame, spans) = (&frame, &spans);
+            scope.spawn(move || {
+                let mut next = 0;
+                while next < total {
+                    std::thread::sleep(due(next).saturating_duration_since(Instant::now()));
+                    let now = Instant::now();
+                    let mut batch = String::new();
+                    while next < total && due(next) <= now {
+                        batch.push_str(&frame(next));
+                        next += 1;
+                    }
+                    half.iter_mut().for_each(|s| s.write_all(batch.as_bytes()).unwrap());
+                    spans.lock().unwrap().push(now.elapsed().as_secs_f64() * 1e3);
+                }
+            });
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    socks.clear();
+    let sent: HashMap<String, Instant> = (0..total).map(|k| (format!("m{k}"), due(k))).collect();
+    let (got, mut lat, _) = clients.finish(rt, &sent);
+    assert_eq!(got, total * n as u64, "the floor lost events");
+    (pct(&mut lat, 0.5), pct(&mut lat, 0.99), pct(&mut spans.into_inner().unwrap(), 0.5))
 }
 
 fn main() {
@@ -50,44 +183,11 @@ fn main() {
 
     // Appended records, by marker: when the append returned.
     let appended: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    // Every client's receipts: (marker, when it had the event).
-    let receipts: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
-    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
     // The clients: async tasks on a runtime of two threads (1,000 OS threads would spend the 2 cores
     // on context switches and be measured as latency).
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut readers = Vec::new();
     let t0 = Instant::now();
-    for _ in 0..clients {
-        let (receipts, stop, received) = (receipts.clone(), stop.clone(), received.clone());
-        readers.push(rt.spawn(async move {
-            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            s.write_all(format!("GET /watch?since=now HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
-            let mut r = tokio::io::BufReader::new(s);
-            let mut line = String::new();
-            let mut mine = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                line.clear();
-                match tokio::time::timeout(Duration::from_millis(500), r.read_line(&mut line)).await {
-                    Ok(Ok(0)) | Ok(Err(_)) => break,
-                    Ok(Ok(_)) => {}
-                    Err(_) => continue,
-                }
-                // The marker is the record's detail: `m<k>`.
-                if let Some(i) = line.find("\"detail\":\"m") {
-                    let now = Instant::now();
-                    let k: String = line[i + 10..].chars().take_while(|c| *c != '"').collect();
-                    received.fetch_add(1, Ordering::Relaxed);
-                    mine.push((k, now));
-                }
-            }
-            receipts.lock().unwrap().extend(mine);
-        }));
-    }
+    let clients_ = Clients::connect(&rt, port, clients);
     std::thread::sleep(Duration::from_secs(2));
     let connect_s = t0.elapsed().as_secs_f64();
     let rss_clients = support::status_kb(pid, "VmRSS:");
@@ -120,27 +220,8 @@ fn main() {
     std::thread::sleep(Duration::from_secs(2));
     let rss_end = support::status_kb(pid, "VmRSS:");
     let rss_peak = support::status_kb(pid, "VmHWM:");
-    stop.store(true, Ordering::Relaxed);
-    rt.block_on(async {
-        for r in readers {
-            let _ = r.await;
-        }
-    });
-    let appended = appended.lock().unwrap().clone();
-    let mut early = 0usize;
-    let mut lat: Vec<f64> = receipts
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|(k, at)| {
-            let done = appended.get(k)?;
-            if at < done {
-                early += 1;
-            }
-            Some(at.saturating_duration_since(*done).as_secs_f64() * 1e3)
-        })
-        .collect();
-    let got = received.load(Ordering::Relaxed);
+    drop(api);
+    let (got, mut lat, early) = clients_.finish(&rt, &appended.lock().unwrap());
     let expected = appends * clients as u64;
     let mb = |kb: u64| kb as f64 / 1024.0;
     println!(
@@ -156,6 +237,19 @@ fn main() {
             p99 / 10.0
         );
     }
+    // The floor at the API's load, and one event at a time (how long one fan-out takes).
+    let (f50, f99, _) = floor(&rt, clients, RUNS as u64, secs.min(10));
+    let (o50, o99, span) = floor(&rt, clients, 10, 5);
+    println!(
+        "  floor of this machine (the same clients fed by two bare threads, half the sockets each, events due together in one write; no HTTP, journal or runtime):"
+    );
+    println!(
+        "    at the same {RUNS} events a second: p50 {f50:.2} ms, p99 {f99:.2} ms; the API's p99 is {:.2}x this floor's",
+        if lat.is_empty() { f64::NAN } else { pct(&mut lat, 0.99) / f99 }
+    );
+    println!(
+        "    one event at a time (10 a second): p50 {o50:.2} ms, p99 {o99:.2} ms; one write of an event to all {clients} sockets took {span:.2} ms (median)"
+    );
     println!(
         "  API RSS: {:.1} MB idle, {:.1} MB with the clients, {:.1} MB at the end, peak {:.1} MB [goal <= 64 MB: {:.2}x]",
         mb(rss_idle),

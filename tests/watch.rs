@@ -142,3 +142,27 @@ fn watch_is_exact_across_an_api_restart_while_three_runs_move() {
     assert_eq!(gone.status, 400);
     assert!(gone.json()["detail"].as_str().unwrap().contains("does not hold"), "{}", gone.text());
 }
+
+#[test]
+fn watchers_end_when_the_api_is_told_to_stop() {
+    use std::io::Read;
+    let b = Bench::new();
+    let mut api = ApiProc::start(&b.home(), &[]);
+    let mut watchers: Vec<SseConn> = (0..3).map(|_| SseConn::open(api.port, "/watch?since=now", &[])).collect();
+    for w in &watchers {
+        assert_eq!(w.status, 200);
+    }
+    let asked = Instant::now();
+    // SAFETY: the pid is this test's child.
+    unsafe { libc::kill(api.proc.child.id() as i32, libc::SIGTERM) };
+    // Each stream ends (EOF, not a read timeout) before the API's shutdown grace (5 s) runs out:
+    // an open /watch must not hold the API up.
+    for w in &mut watchers {
+        w.stream.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+        let mut rest = Vec::new();
+        let r = w.stream.read_to_end(&mut rest);
+        assert!(r.is_ok(), "the stream did not end within 4 s of SIGTERM: {r:?}");
+    }
+    assert_eq!(api.proc.wait_exit(Duration::from_secs(10)), 0);
+    assert!(asked.elapsed() < Duration::from_secs(4), "the API took {:?} to stop", asked.elapsed());
+}

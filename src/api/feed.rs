@@ -135,6 +135,9 @@ struct State {
     cursor: Cursor,
     seq: u64,
     journals: BTreeMap<String, Journal>,
+    /// Dropped when the API shuts down: every watcher's stream then ends (no per-poll watch of
+    /// the shutdown signal in 1,000 streams).
+    tx: Option<broadcast::Sender<Arc<Item>>>,
 }
 
 /// The scanner and what it has seen.
@@ -144,7 +147,6 @@ pub struct Hub {
     /// Pointer file name → (runId, journal): a pointer is parsed once.
     pointers: Mutex<std::collections::HashMap<String, (String, PathBuf)>>,
     state: Mutex<State>,
-    tx: broadcast::Sender<Arc<Item>>,
 }
 
 /// Started by the first watcher.
@@ -203,7 +205,8 @@ impl Hub {
         let cursor =
             checkpoint(&dir, &v).map_err(|e| format!("cannot write a watch checkpoint in {}: {e}", dir.display()))?;
         let (tx, _) = broadcast::channel(LAG);
-        Ok(Hub { dir, runs_dir, pointers: Mutex::default(), state: Mutex::new(State { cursor, seq: 0, journals }), tx })
+        let state = State { cursor, seq: 0, journals, tx: Some(tx) };
+        Ok(Hub { dir, runs_dir, pointers: Mutex::default(), state: Mutex::new(state) })
     }
 
     /// One look at every journal: new complete lines are broadcast in order.
@@ -238,7 +241,9 @@ impl Hub {
                 }
                 st.seq += 1;
                 let item = Arc::new(Item { seq: st.seq, frame: frame(&st.cursor.id(), &run, line, &raw) });
-                let _ = self.tx.send(item);
+                if let Some(tx) = &st.tx {
+                    let _ = tx.send(item);
+                }
             }
         }
     }
@@ -306,7 +311,10 @@ async fn scan(hub: Arc<Hub>, api: Arc<Api>, mut shutdown: tokio::sync::watch::Re
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep(SCAN) => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {
+                hub.state.lock().unwrap_or_else(|p| p.into_inner()).tx = None;
+                return;
+            }
         }
     }
 }
@@ -320,7 +328,10 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
         let st = hub.state.lock().unwrap_or_else(|p| p.into_inner());
         let present: Vec<(String, PathBuf, u64)> =
             st.journals.iter().map(|(r, j)| (r.clone(), j.path.clone(), j.lines)).collect();
-        (hub.tx.subscribe(), present, st.seq)
+        let Some(tx) = &st.tx else {
+            return Err(error_response(StatusCode::SERVICE_UNAVAILABLE, "the API is shutting down"));
+        };
+        (tx.subscribe(), present, st.seq)
     };
     let from: Vector = match (&last, since_now) {
         (Some(id), _) => {
@@ -338,17 +349,14 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
     let (tx, out) = mpsc::channel::<Bytes>(64);
     let catch_up = futures_util::stream::unfold(out, |mut out| async move { out.recv().await.map(|b| (b, out)) });
     tokio::spawn(catch_up_task(hub, present, from, tx));
-    let live = futures_util::stream::unfold((rx, api.shutdown.clone()), move |(mut rx, mut shutdown)| async move {
+    let live = futures_util::stream::unfold(rx, move |mut rx| async move {
         loop {
-            tokio::select! {
-                item = rx.recv() => match item {
-                    Ok(item) if item.seq <= seq0 => continue,
-                    Ok(item) => return Some((item.frame.clone(), (rx, shutdown))),
-                    // Fell too far behind: the stream ends; the client reconnects with its last id
-                    // and loses nothing.
-                    Err(_) => return None,
-                },
-                _ = shutdown.changed() => return None,
+            match rx.recv().await {
+                Ok(item) if item.seq <= seq0 => continue,
+                Ok(item) => return Some((item.frame.clone(), rx)),
+                // Fell too far behind, or the API is shutting down: the stream ends; the client
+                // reconnects with its last id and loses nothing.
+                Err(_) => return None,
             }
         }
     });
