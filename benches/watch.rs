@@ -2,8 +2,11 @@
 //! fsynced as in production, from 100 writer threads staggered over the second) and 1,000 `/watch`
 //! clients on one `harness api`. Per record and client: journal append returned → the client has
 //! the event (goal p99 ≤ 10 ms on this machine; the clients are async tasks on two threads of this
-//! process); the API's RSS before the clients, with them, and
-//! its peak (goal ≤ 64 MB).
+//! process); the API's RSS before the clients, with them, and its peak (goal ≤ 64 MB).
+//!
+//! Then the floor of this machine, with the same clients: two bare threads writing events of a
+//! frame's size straight to the sockets (no HTTP, journal or runtime), at the same rate and one
+//! event at a time. The API's p99 is printed as a ratio of the floor's.
 //!
 //! Loopback only. Run: `cargo bench --bench watch` (`HARNESS_WATCH_SECS`, default 20; `HARNESS_WATCH_CLIENTS`,
 //! default 1000). Figures printed; nothing asserted.
