@@ -6,7 +6,8 @@
 //!
 //! Then the floor of this machine, with the same clients: two bare threads writing events of a
 //! frame's size straight to the sockets (no HTTP, journal or runtime), at the same rate and one
-//! event at a time. The API's p99 is printed as a ratio of the floor's.
+//! event at a time. The API's p99 is printed as a ratio of the floor's. Last, 10 s of the same over
+//! the API's Unix socket (`harness api --unix`).
 //!
 //! Loopback only. Run: `cargo bench --bench watch` (`HARNESS_WATCH_SECS`, default 20; `HARNESS_WATCH_CLIENTS`,
 //! default 1000). Figures printed; nothing asserted.
@@ -28,6 +29,16 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// Where the clients connect.
+#[derive(Clone)]
+enum Addr {
+    Tcp(u16),
+    Unix(std::path::PathBuf),
+}
+
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
 /// The clients' receipts: (marker, when the client had the event).
 type Receipts = Arc<Mutex<Vec<(String, Instant)>>>;
 
@@ -40,18 +51,26 @@ struct Clients {
 }
 
 impl Clients {
-    fn connect(rt: &tokio::runtime::Runtime, port: u16, n: usize) -> Clients {
+    fn connect(rt: &tokio::runtime::Runtime, addr: &Addr, n: usize) -> Clients {
         let receipts: Receipts = Arc::default();
         let received = Arc::new(AtomicU64::new(0));
         let tasks = (0..n)
             .map(|_| {
-                let (receipts, received) = (receipts.clone(), received.clone());
+                let (receipts, received, addr) = (receipts.clone(), received.clone(), addr.clone());
                 rt.spawn(async move {
                     // A lean reader (as a browser's EventSource would be): raw reads, no timer per
                     // line; it ends when the server goes away at the end of the bench.
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-                    let req = format!("GET /watch?since=now HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+                    let (mut s, host): (Box<dyn Io>, String) = match addr {
+                        Addr::Tcp(port) => (
+                            Box::new(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap()),
+                            format!("127.0.0.1:{port}"),
+                        ),
+                        Addr::Unix(path) => {
+                            (Box::new(tokio::net::UnixStream::connect(path).await.unwrap()), "localhost".into())
+                        }
+                    };
+                    let req = format!("GET /watch?since=now HTTP/1.1\r\nHost: {host}\r\n\r\n");
                     s.write_all(req.as_bytes()).await.unwrap();
                     let finder = memchr::memmem::Finder::new(b"\"detail\":\"m");
                     let (mut buf, mut mine) = (Vec::with_capacity(16 * 1024), Vec::new());
@@ -116,7 +135,7 @@ fn floor(rt: &tokio::runtime::Runtime, n: usize, rate: u64, secs: u64) -> (f64, 
     use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let clients = Clients::connect(rt, port, n);
+    let clients = Clients::connect(rt, &Addr::Tcp(port), n);
     let mut socks: Vec<std::net::TcpStream> = (0..n)
         .map(|_| {
             let (s, _) = listener.accept().unwrap();
@@ -161,10 +180,19 @@ fn floor(rt: &tokio::runtime::Runtime, n: usize, rate: u64, secs: u64) -> (f64, 
     (pct(&mut lat, 0.5), pct(&mut lat, 0.99), pct(&mut spans.into_inner().unwrap(), 0.5))
 }
 
-fn main() {
-    harness::service::raise_fd_limit();
-    let secs: u64 = std::env::var("HARNESS_WATCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    let clients: usize = std::env::var("HARNESS_WATCH_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+/// One measured stretch on a fresh home and API: `RUNS` runs moving for `secs`, `clients` watchers
+/// over TCP or the API's Unix socket.
+struct Phase {
+    appends: u64,
+    got: u64,
+    lat: Vec<f64>,
+    early: usize,
+    connect_s: f64,
+    /// API RSS in kB: idle, with the clients, at the end, peak.
+    rss: [u64; 4],
+}
+
+fn phase(rt: &tokio::runtime::Runtime, clients: usize, secs: u64, unix: bool) -> Phase {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path().join("home"));
     home.ensure().unwrap();
@@ -172,25 +200,24 @@ fn main() {
     for i in 0..RUNS {
         let repo = dir.path().join(format!("repos/r{i}"));
         let p = support::bench_pointer(&repo, "bench", &format!("r{i}"));
-        let run_id = p.run_id.clone();
         let j = Journal::open(&p.journal_path()).unwrap();
         j.append(&Record::run(RunEvent::Started, "bench", None)).unwrap();
         registry::write(&home, &p).unwrap();
-        journals.push((run_id.to_string(), j));
+        journals.push(j);
     }
-    let api = support::ApiProc::start(&home.root, &[]);
+    let sock = home.root.join("sock/api.sock");
+    let sock_arg = sock.to_string_lossy().into_owned();
+    let extra: &[&str] = if unix { &["--unix", &sock_arg] } else { &[] };
+    let api = support::ApiProc::start(&home.root, extra);
     let pid = api.proc.child.id();
-    let port = api.port;
+    let addr = if unix { Addr::Unix(sock) } else { Addr::Tcp(api.port) };
     std::thread::sleep(Duration::from_millis(500));
     let rss_idle = support::status_kb(pid, "VmRSS:");
 
     // Appended records, by marker: when the append returned.
     let appended: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    // The clients: async tasks on a runtime of two threads (1,000 OS threads would spend the 2 cores
-    // on context switches and be measured as latency).
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let t0 = Instant::now();
-    let clients_ = Clients::connect(&rt, port, clients);
+    let watchers = Clients::connect(rt, &addr, clients);
     std::thread::sleep(Duration::from_secs(2));
     let connect_s = t0.elapsed().as_secs_f64();
     let rss_clients = support::status_kb(pid, "VmRSS:");
@@ -198,7 +225,7 @@ fn main() {
     // 100 writers, one per run, each a record a second, staggered over the second.
     let until = Instant::now() + Duration::from_secs(secs);
     let mut writers = Vec::new();
-    for (i, (_, j)) in journals.into_iter().enumerate() {
+    for (i, j) in journals.into_iter().enumerate() {
         let appended = appended.clone();
         writers.push(std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis((i as u64 * 1000) / RUNS as u64));
@@ -224,11 +251,23 @@ fn main() {
     let rss_end = support::status_kb(pid, "VmRSS:");
     let rss_peak = support::status_kb(pid, "VmHWM:");
     drop(api);
-    let (got, mut lat, early) = clients_.finish(&rt, &appended.lock().unwrap());
+    let (got, lat, early) = watchers.finish(rt, &appended.lock().unwrap());
+    Phase { appends, got, lat, early, connect_s, rss: [rss_idle, rss_clients, rss_end, rss_peak] }
+}
+
+fn main() {
+    harness::service::raise_fd_limit();
+    let secs: u64 = std::env::var("HARNESS_WATCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    let clients: usize = std::env::var("HARNESS_WATCH_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    // The clients: async tasks on a runtime of two threads (1,000 OS threads would spend the 2 cores
+    // on context switches and be measured as latency).
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let Phase { appends, got, mut lat, early, connect_s, rss: [rss_idle, rss_clients, rss_end, rss_peak] } =
+        phase(&rt, clients, secs, false);
     let expected = appends * clients as u64;
     let mb = |kb: u64| kb as f64 / 1024.0;
     println!(
-        "/watch: {RUNS} runs moving ({appends} records in {secs} s, fsynced), {clients} clients (given {connect_s:.1} s to connect)"
+        "/watch: {RUNS} runs moving ({appends} records in {secs} s, fsynced), {clients} clients over loopback TCP (given {connect_s:.1} s to connect)"
     );
     println!("  delivered {got} of {expected} (record x client) events");
     if !lat.is_empty() {
@@ -253,6 +292,17 @@ fn main() {
     println!(
         "    one event at a time (10 a second): p50 {o50:.2} ms, p99 {o99:.2} ms; one write of an event to all {clients} sockets took {span:.2} ms (median)"
     );
+    let mut u = phase(&rt, clients, secs.min(10), true);
+    if !u.lat.is_empty() {
+        let (p50, p99) = (pct(&mut u.lat, 0.5), pct(&mut u.lat, 0.99));
+        println!(
+            "  the same over the API's Unix socket (harness api --unix: the CLI's way in, and a local UI backend's): {} of {} events in {} s, p50 {p50:.2} ms, p99 {p99:.2} ms [goal p99 <= 10 ms: {:.2}x]",
+            u.got,
+            u.appends * clients as u64,
+            secs.min(10),
+            p99 / 10.0
+        );
+    }
     println!(
         "  API RSS: {:.1} MB idle, {:.1} MB with the clients, {:.1} MB at the end, peak {:.1} MB [goal <= 64 MB: {:.2}x]",
         mb(rss_idle),
