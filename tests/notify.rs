@@ -1,7 +1,9 @@
 //! Notifications (`$HARNESS_HOME/notify.json`): a supervised run delivers its halted task and its
 //! failure to a local webhook that fails twice per id before it accepts (each id accepted exactly
 //! once), to an exec hook (the event JSON on stdin), while a dead webhook beside them neither
-//! blocks the run nor its verbs; `harness notify test` reaches every hook and says which failed.
+//! blocks the run nor its verbs; a supervisor SIGKILLed while a delivery is retrying leaves it to
+//! the next supervisor of the run, which delivers it (accepted once); `harness notify test` reaches
+//! every hook and says which failed.
 
 mod common;
 
@@ -102,6 +104,45 @@ fn each_attention_reaches_each_hook_once_and_a_dead_hook_does_not_block_the_run(
     // The dead hook's failure went to the log, naming the hook and the id.
     let log = b.supervisor_log();
     assert!(log.contains("notification not delivered") && log.contains("127.0.0.1:1/dead"), "{log}");
+}
+
+#[test]
+fn a_supervisor_killed_mid_delivery_delivers_the_notification_after_its_restart() {
+    let b = Bench::new();
+    // Four failures per id: the first delivery is still retrying when its supervisor dies.
+    let (port, seen) = receiver(4);
+    let config = json!({"v":"notify/v1","hooks":[
+        {"on":["task_halted"],"webhook":format!("http://127.0.0.1:{port}/hook")}]});
+    std::fs::write(b.home().join("notify.json"), config.to_string()).unwrap();
+    let plan = json!({"v":"plan/v1","slug":"notify","tasks":[
+        {"id":"B","wave":1,"adapter":"claude","prompt":"fails [fake-claude:error]"}]});
+    let mut sup = b.start_supervised(&plan.to_string(), "success", &[]);
+    b.wait_state("B", "halted", T);
+    let run = b.run_id();
+    let halted = format!("{run}:{}", b.journal().iter().position(|r| r["state"] == "halted").unwrap() + 1);
+    let tries = || seen.lock().unwrap().iter().filter(|(id, _, _)| *id == halted).count();
+    wait_for(T, || (tries() >= 1).then_some(())).expect("a first attempt");
+    sup.child.kill().unwrap();
+    sup.child.wait().unwrap();
+    let before = tries();
+    assert!(before < 5, "the delivery was still under way when its supervisor died ({before} attempts)");
+    // A new supervisor for the run takes the delivery up again, and it is accepted once.
+    let mut again = b
+        .harness("success")
+        .args(["supervise", &run, "--kill-grace", "1s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map(|child| Proc { child })
+        .unwrap();
+    let accepted = || seen.lock().unwrap().iter().filter(|(id, _, s)| *id == halted && *s == 200).count();
+    wait_for(T, || (accepted() == 1).then_some(()))
+        .unwrap_or_else(|| panic!("not redelivered: {:#?}", seen.lock().unwrap()));
+    let answer = control(&b.sock(), &json!({"verb":"stop","by":"tester"}));
+    assert_eq!(answer["ok"], true, "{answer}");
+    again.wait_exit(T);
+    assert_eq!(accepted(), 1, "accepted exactly once: {:#?}", seen.lock().unwrap());
+    assert!(tries() > before, "the restarted supervisor made the later attempts");
 }
 
 #[test]
