@@ -1,7 +1,8 @@
 //! Parallel tasks in isolated git worktrees (plan `isolation`, default "worktree"): each task's commit
 //! holds exactly its own files, a conflict halts the task naming its paths and a steer redoes it on
 //! top, `setup` runs in every fresh worktree, integration is exactly once across a supervisor killed
-//! between a task's commit and its integration, and no worktree or task branch outlives the run.
+//! between a task's commit and its integration, and no worktree or task branch outlives the run —
+//! not even a supervisor killed during its run-end work (the next `supervise` finishes that work).
 //! Real git, the real binary, fake engines through the real wrappers.
 
 mod common;
@@ -216,6 +217,38 @@ fn supervisor_killed_between_a_tasks_commit_and_its_integration_integrates_it_on
     // No turn ran again: each engine was called once.
     assert_eq!(b.records().len(), 2);
     assert_no_worktree_left(&b);
+}
+
+#[test]
+fn a_supervisor_killed_during_its_run_end_leaves_nothing_once_the_run_is_supervised_again() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"ending","tasks":[
+        {"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]"}]}"#;
+    let mut sup = b.start_supervised(plan, "success", &[]);
+    b.wait_state("A", "committed", T);
+    assert_eq!(sup.wait_exit(T), 0);
+    assert_eq!(b.view()["status"], "finished");
+    // What a supervisor SIGKILLed after `finished` and before its run-end work leaves: a task
+    // worktree and its branch, liveness naming it (dead) and its socket, the socket file.
+    let (home, run) = (harness::home::Home::at(b.home()), harness::ids::RunId::parse(&b.run_id()).unwrap());
+    let tree = harness::worktree::of(&home, &run, &harness::ids::TaskId::parse("A").unwrap());
+    git(&b.repo(), &["worktree", "add", "-b", &tree.branch, &tree.path.to_string_lossy()]);
+    let sock = home.checked_socket_path(&run).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let mut dead = Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    let pointer = harness::registry::read(&home, &run).unwrap();
+    harness::liveness::update(&pointer.liveness_path(), &run, |l| {
+        l.supervisor_pid = Some(dead.id() as i32);
+        l.sock = Some(sock.clone());
+    })
+    .unwrap();
+    // The next supervisor finds the run over, and finishes what the killed one left.
+    assert_eq!(b.supervise_to_the_end("success"), 0);
+    assert_no_worktree_left(&b);
+    assert!(!sock.exists(), "the dead supervisor's socket is left");
+    let live = harness::liveness::get(&pointer.liveness_path()).unwrap().unwrap();
+    assert!(live.supervisor_pid.is_none() && live.sock.is_none(), "liveness still names the dead supervisor");
 }
 
 #[test]

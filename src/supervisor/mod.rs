@@ -155,6 +155,39 @@ pub fn bind_socket(home: &Home, run: &RunId) -> Result<std::os::unix::net::UnixL
     Ok(l)
 }
 
+/// A run already over whose last supervisor died during its run-end work (SIGKILL between the
+/// `finished` record and its exit): what that work leaves done is done now — task worktrees and
+/// branches removed, liveness cleared, the dead socket removed. The caller holds the run's lock,
+/// so no other supervisor of it is alive. Never fails the call.
+async fn finish_run_end(home: &Home, run_id: &RunId, pointer: &registry::Pointer) {
+    if home.worktrees_dir(run_id).exists() {
+        let (h, r, w) = (home.clone(), run_id.clone(), pointer.worktree.clone());
+        match tokio::task::spawn_blocking(move || crate::worktree::clean_run(&h, &w, &r)).await {
+            Ok(Ok(removed)) => {
+                tracing::info!(RUN_ID = %run_id, removed = removed.len(), "an interrupted run end: task worktrees and branches removed");
+            }
+            Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
+            Err(_) => {}
+        }
+    }
+    let lp = pointer.liveness_path();
+    if let Ok(Some(l)) = liveness::get(&lp)
+        && (l.sock.is_some() || l.supervisor_pid.is_some() || !l.tasks.is_empty())
+    {
+        let _ = liveness::update(&lp, run_id, |l| {
+            l.sock = None;
+            l.supervisor_pid = None;
+            l.tasks.clear();
+        });
+    }
+    if let Ok(p) = home.checked_socket_path(run_id)
+        && p.exists()
+        && !control::is_live(&p)
+    {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
 /// A task kill waiting for its pipeline to end, to answer with the final state.
 struct PendingKill {
     reply: oneshot::Sender<Reply>,
@@ -200,6 +233,7 @@ pub async fn supervise(
     let view = journal.view()?;
     match view.status {
         RunStatus::Finished | RunStatus::Failed => {
+            finish_run_end(&home, &run_id, &pointer).await;
             return Ok(Ending::AlreadyOver(format!("run {run_id} is already {}", view.status)));
         }
         RunStatus::Pending => {
@@ -263,13 +297,7 @@ pub async fn supervise(
     };
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     s.rearm_rate_limit();
-    let ending = s.serve(listener, shutdown).await;
-    // Nobody listens any more: a client must find no socket (not running) rather than a refusal
-    // while the run-end work below (notifications, worktrees, retention) takes its time.
-    if let Some(p) = &sock_path {
-        let _ = std::fs::remove_file(p);
-    }
-    let ending = ending?;
+    let ending = s.serve(listener, shutdown).await?;
     // The run's last records (finished, failed) are notified before this supervisor exits.
     let _ = notifier.stop.send(true);
     let _ = tokio::time::timeout(notifier::DRAIN + Duration::from_secs(1), notifier.task).await;
@@ -306,6 +334,11 @@ pub async fn supervise(
             l.supervisor_pid = None;
             l.tasks.clear();
         });
+    }
+    // The socket goes last: its absence says this supervisor is done, run-end work included. Until
+    // then a client is refused (nobody listens), which the API answers 409 (not live).
+    if let Some(p) = &sock_path {
+        let _ = std::fs::remove_file(p);
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     tracing::info!(RUN_ID = %run_id, ending = ?ending, "supervisor done");
