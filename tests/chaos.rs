@@ -149,7 +149,19 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
         .map(|r| format!("{} rc {} {}", r["task"], r["rc"], r["detail"]))
         .collect();
     eprintln!("  halts: {halts:?}");
-    check_invariants(&b, &run_id, &api, seed);
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_invariants(&b, &run_id, &api, seed)));
+    if let Err(why) = checked {
+        // Keep what a post-mortem needs (the temp dir goes with the Bench): the journal, the run
+        // branch's history with each commit's files, and the supervisors' logs.
+        let kept = std::env::temp_dir().join(format!("harness-chaos-{seed}"));
+        let _ = std::fs::create_dir_all(&kept);
+        let _ = std::fs::copy(b.repo().join("runstate/chaos.jsonl"), kept.join("journal.jsonl"));
+        let log = harness::git::run(&b.repo(), &["log", "--stat", "--format=%H %s%n%b"]).unwrap_or_default();
+        let _ = std::fs::write(kept.join("git-log.txt"), log);
+        let _ = std::process::Command::new("cp").arg("-r").arg(b.repo().join("runstate")).arg(&kept).status();
+        eprintln!("seed {seed}: the invariants failed; post-mortem kept in {}", kept.display());
+        std::panic::resume_unwind(why);
+    }
     done
 }
 
