@@ -149,6 +149,17 @@ pub fn commit_task(
         let mut args = vec!["add", "-A", "--"];
         args.extend(files.iter().map(String::as_str));
         git(worktree, &args)?;
+        // The turn said these changed: when none of it is staged now, its work is not in this
+        // worktree (lost, or committed already). An empty commit would hide that: fail closed.
+        if git(worktree, &["diff", "--cached", "--quiet"]).is_ok() {
+            return Err(GitError::Failed {
+                args: "commit".into(),
+                detail: format!(
+                    "the turn reported changes to {} but this worktree holds none of them: not committing an empty commit",
+                    files.join(", ")
+                ),
+            });
+        }
     }
     let message = format!("{subject}\n\n{}", trailers(run_id, task, attempt));
     // An identity is needed; use the repo's own when it has one.
@@ -408,4 +419,32 @@ pub fn exclude_runstate(worktree: &Path, runstate_dir: &Path) -> Result<(), GitE
     }
     text.push_str(&format!("# harness run state (journal, logs, prompts)\n{rel}\n"));
     std::fs::write(&path, text).map_err(|e| GitError::Failed { args: "info/exclude".into(), detail: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        git(d.path(), &["init", "-q"]).unwrap();
+        std::fs::write(d.path().join("a.txt"), "a\n").unwrap();
+        commit_task(d.path(), &["a.txt".into()], "first", "r", "T0", 1).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_commit_holds_the_reported_files_and_refuses_when_none_of_them_changed() {
+        let d = repo();
+        std::fs::write(d.path().join("b.txt"), "b\n").unwrap();
+        let sha = commit_task(d.path(), &["b.txt".into()], "second", "r", "T1", 1).unwrap();
+        assert_eq!(git(d.path(), &["show", "--format=", "--name-only", &sha]).unwrap().trim(), "b.txt");
+        // Reported, but the worktree no longer holds the change: an error, and no commit.
+        let err = commit_task(d.path(), &["b.txt".into()], "again", "r", "T2", 1).unwrap_err().to_string();
+        assert!(err.contains("holds none of them"), "{err}");
+        assert_eq!(head(d.path()).unwrap(), sha);
+        // A turn that reported nothing still records its commit (empty by design).
+        let empty = commit_task(d.path(), &[], "nothing", "r", "T3", 1).unwrap();
+        assert_ne!(empty, sha);
+    }
 }
