@@ -159,33 +159,39 @@ pub fn bind_socket(home: &Home, run: &RunId) -> Result<std::os::unix::net::UnixL
 /// `finished` record and its exit): what that work leaves done is done now — task worktrees and
 /// branches removed, liveness cleared, the dead socket removed. The caller holds the run's lock,
 /// so no other supervisor of it is alive. Never fails the call.
-async fn finish_run_end(home: &Home, run_id: &RunId, pointer: &registry::Pointer) {
+async fn finish_run_end(home: &Home, run_id: &RunId, pointer: &registry::Pointer, view: &RunView) {
     if home.worktrees_dir(run_id).exists() {
-        let (h, r, w) = (home.clone(), run_id.clone(), pointer.worktree.clone());
-        match tokio::task::spawn_blocking(move || crate::worktree::clean_run(&h, &w, &r)).await {
-            Ok(Ok(removed)) => {
-                tracing::info!(RUN_ID = %run_id, removed = removed.len(), "an interrupted run end: task worktrees and branches removed");
-            }
-            Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
-            Err(_) => {}
-        }
+        remove_task_worktrees(home, run_id, &pointer.worktree).await;
     }
-    let lp = pointer.liveness_path();
-    if let Ok(Some(l)) = liveness::get(&lp)
-        && (l.sock.is_some() || l.supervisor_pid.is_some() || !l.tasks.is_empty())
-    {
-        let _ = liveness::update(&lp, run_id, |l| {
-            l.sock = None;
-            l.supervisor_pid = None;
-            l.tasks.clear();
-        });
-    }
+    // Its dead pids (the supervisor's and any task's) leave the liveness record.
+    let _ = liveness::reap(&pointer.liveness_path(), run_id, view);
     if let Ok(p) = home.checked_socket_path(run_id)
         && p.exists()
         && !control::is_live(&p)
     {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// The run is over: no task worktree or task branch outlives it (never failing the caller).
+async fn remove_task_worktrees(home: &Home, run_id: &RunId, run_wt: &Path) {
+    let (h, r, w) = (home.clone(), run_id.clone(), run_wt.to_path_buf());
+    match tokio::task::spawn_blocking(move || crate::worktree::clean_run(&h, &w, &r)).await {
+        Ok(Ok(removed)) if !removed.is_empty() => {
+            tracing::info!(RUN_ID = %run_id, removed = removed.len(), "task worktrees and branches removed");
+        }
+        Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
+        _ => {}
+    }
+}
+
+/// A gone supervisor's liveness: no socket, no pid, no task.
+fn clear_liveness(path: &Path, run_id: &RunId) {
+    let _ = liveness::update(path, run_id, |l| {
+        l.sock = None;
+        l.supervisor_pid = None;
+        l.tasks.clear();
+    });
 }
 
 /// A task kill waiting for its pipeline to end, to answer with the final state.
@@ -233,7 +239,7 @@ pub async fn supervise(
     let view = journal.view()?;
     match view.status {
         RunStatus::Finished | RunStatus::Failed => {
-            finish_run_end(&home, &run_id, &pointer).await;
+            finish_run_end(&home, &run_id, &pointer, &view).await;
             return Ok(Ending::AlreadyOver(format!("run {run_id} is already {}", view.status)));
         }
         RunStatus::Pending => {
@@ -304,15 +310,7 @@ pub async fn supervise(
     let _ = keeper.stop.send(true);
     let _ = keeper.task.await;
     if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
-        // The run is over: no task worktree or task branch outlives it.
-        let (h, r, w) = (home.clone(), run_id.clone(), run_wt.clone());
-        match tokio::task::spawn_blocking(move || crate::worktree::clean_run(&h, &w, &r)).await {
-            Ok(Ok(removed)) if !removed.is_empty() => {
-                tracing::info!(RUN_ID = %run_id, removed = removed.len(), "task worktrees and branches removed");
-            }
-            Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
-            _ => {}
-        }
+        remove_task_worktrees(&home, &run_id, &run_wt).await;
         // The home's retention setting, applied as each run ends (never failing it).
         let h = home.clone();
         let pruned = tokio::task::spawn_blocking(move || match crate::prune::retention(&h) {
@@ -329,11 +327,7 @@ pub async fn supervise(
         }
     }
     if let Some(p) = &liveness_path {
-        let _ = liveness::update(p, &run_id, |l| {
-            l.sock = None;
-            l.supervisor_pid = None;
-            l.tasks.clear();
-        });
+        clear_liveness(p, &run_id);
     }
     // The socket goes last: its absence says this supervisor is done, run-end work included. Until
     // then a client is refused (nobody listens), which the API answers 409 (not live).
