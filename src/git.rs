@@ -1,8 +1,14 @@
-//! The run's repository: task commits carrying `Harness-Run` / `Harness-Task` / `Harness-Attempt`
-//! trailers (so crash recovery can tell a commit it already made), the diff a reviewer reads,
-//! keeping the runstate directory out of `git status`, and the task worktrees: one per task on a
-//! task branch, whose commit is brought onto the run's branch by `integrate` (fast-forward, or a
-//! rebase onto the tip; a conflict is aborted and reported with its paths).
+//! The run's repository: a task's one commit, squashed from everything between its base and its end
+//! state (the agent's own commits and what it left uncommitted), carrying `Harness-Run` /
+//! `Harness-Task` / `Harness-Attempt` / `Harness-Nonce` trailers (so crash recovery can tell a commit
+//! this run instance already made); the diff a reviewer reads; keeping the runstate directory out of
+//! `git status`; the task worktrees, whose commit `integrate` brings onto the run's branch
+//! (fast-forward, or a rebase onto the tip; a conflict is aborted and reported with its paths); an
+//! earlier attempt carried onto a new tip (`carry`); and harness's refs (`refs/harness/…`).
+//!
+//! harness's own git calls run no repository hook unless asked (`Hooks::Repo`): a hook is the
+//! user's, written for their own commits (husky, pre-commit), and one that fails in a fresh
+//! worktree would halt every task.
 //!
 //! Every call is a `git` child process in the worktree; nothing here touches the journal.
 
@@ -17,6 +23,34 @@ pub enum GitError {
 
 fn git(worktree: &Path, args: &[&str]) -> Result<String, GitError> {
     git_stderr(worktree, args).map_err(|(e, _)| e)
+}
+
+/// Whether a git call that can run hooks (commit, rebase, merge, checkout, cherry-pick, worktree
+/// add) runs the repository's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hooks {
+    /// None run: `core.hooksPath` is `/dev/null` (a path with no file under it) for the call.
+    Off,
+    /// The repository's hooks run (plan `git_hooks: true`, for the task's own commit and worktree).
+    Repo,
+}
+
+impl Hooks {
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Hooks::Off => &["-c", "core.hooksPath=/dev/null"],
+            Hooks::Repo => &[],
+        }
+    }
+}
+
+/// `git` with the hook setting and, when the repository has none, an identity (commits, rebases and
+/// cherry-picks need one) before `args`.
+fn git_as(worktree: &Path, hooks: Hooks, args: &[&str]) -> Result<String, (GitError, String)> {
+    let mut all: Vec<&str> = hooks.args().to_vec();
+    all.extend(identity(worktree));
+    all.extend(args);
+    git_stderr(worktree, &all)
 }
 
 /// `git`, with git's whole stderr on failure. The error's detail is git's first `fatal:`/`error:`
@@ -129,44 +163,206 @@ pub fn is_worktree(dir: &Path) -> bool {
     git(dir, &["rev-parse", "--is-inside-work-tree"]).is_ok_and(|s| s.trim() == "true")
 }
 
-/// The trailers that identify a task's commit.
-pub fn trailers(run_id: &str, task: &str, attempt: u32) -> String {
-    format!("Harness-Run: {run_id}\nHarness-Task: {task}\nHarness-Attempt: {attempt}")
+/// Who a task commit belongs to: its trailers, and where recovery looks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub run: &'a str,
+    pub task: &'a str,
+    /// The run instance's nonce (`started` record); `None` for a run journaled before nonces, whose
+    /// commits are found by run and task alone.
+    pub nonce: Option<&'a str>,
+    /// Only commits above this one count (`since..HEAD`): the run's start, or a task's base.
+    pub since: Option<&'a str>,
 }
 
-/// Stages `files` (additions, changes and deletions) and commits them with `subject` and the task's
-/// trailers; an empty list makes an empty commit, so every task ends as exactly one commit.
-/// Returns the new commit's sha. The caller serializes commits.
-pub fn commit_task(
-    worktree: &Path,
-    files: &[String],
-    subject: &str,
-    run_id: &str,
-    task: &str,
-    attempt: u32,
-) -> Result<String, GitError> {
-    if !files.is_empty() {
-        let mut args = vec!["add", "-A", "--"];
-        args.extend(files.iter().map(String::as_str));
-        git(worktree, &args)?;
-        // The turn said these changed: when none of it is staged now, its work is not in this
-        // worktree (lost, or committed already). An empty commit would hide that: fail closed.
-        if git(worktree, &["diff", "--cached", "--quiet"]).is_ok() {
-            return Err(GitError::Failed {
-                args: "commit".into(),
-                detail: format!(
-                    "the turn reported changes to {} but this worktree holds none of them: not committing an empty commit",
-                    files.join(", ")
-                ),
-            });
+/// The trailers that identify a task's commit.
+pub fn trailers(o: &Owner, attempt: u32) -> String {
+    let mut t = format!("Harness-Run: {}\nHarness-Task: {}\nHarness-Attempt: {attempt}", o.run, o.task);
+    if let Some(n) = o.nonce {
+        t.push_str(&format!("\nHarness-Nonce: {n}"));
+    }
+    t
+}
+
+/// What a task's squash is made of.
+pub struct Squash<'a> {
+    /// The commit the task's worktree started from (recorded at dispatch).
+    pub base: &'a str,
+    /// The branch the task commits on (its task branch; the run's branch with `isolation: shared`):
+    /// an agent that checked out another branch or detached HEAD is put back on it, its work kept.
+    pub branch: Option<&'a str>,
+    /// `None`: everything in the worktree is the task's (its own worktree). `Some`: only these
+    /// paths, and those the agent's own commits changed (`isolation: shared`).
+    pub paths: Option<&'a [String]>,
+    /// What the turn reported changed (its status line): when none of it differs from the base in
+    /// the end, the work is not here, and nothing is committed (fail closed).
+    pub listed: &'a [String],
+    pub subject: &'a str,
+    pub owner: Owner<'a>,
+    pub attempt: u32,
+    pub hooks: Hooks,
+}
+
+/// How a squash ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Squashed {
+    /// The task's one commit, on `base`.
+    Commit(String),
+    /// The end state equals the base: nothing to commit (and nothing was).
+    NoChanges,
+}
+
+/// Why a task's change could not be committed. Nothing was deleted in any case.
+#[derive(Debug, thiserror::Error)]
+pub enum SquashError {
+    /// The agent moved history below its base (a rebase, a reset past it, an amend of the base).
+    #[error(
+        "the agent rewrote history below the task's base: {} is not an ancestor of HEAD {} (a rebase or a reset past the base); nothing was committed or deleted, the worktree is kept",
+        short(base),
+        short(head)
+    )]
+    BelowBase { base: String, head: String },
+    /// The redo still holds conflict markers or unmerged paths.
+    #[error("unresolved conflicts in {}: the earlier attempt's conflicting paths still hold git's conflict markers or are unmerged; nothing was committed", .0.join(", "))]
+    Unresolved(Vec<String>),
+    /// The turn said these changed, but the worktree holds none of it.
+    #[error("the turn reported changes to {} but this worktree holds none of them: not committing an empty commit", .0.join(", "))]
+    Vanished(Vec<String>),
+    /// A hook of the repository refused (`git_hooks: true`), with what it printed.
+    #[error("a git hook refused the commit (git_hooks: true): {0}")]
+    Hook(String),
+    #[error(transparent)]
+    Git(#[from] GitError),
+}
+
+/// The first 7 characters of a sha.
+pub fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+/// Makes the task's one commit from everything between `s.base` and the worktree's end state: the
+/// agent's own commits (their messages go into the commit's body) and what it left uncommitted. The
+/// branch is moved back to the base (`reset --soft`: index and files untouched) and the whole change
+/// committed once on it. The caller serializes commits in one worktree.
+pub fn squash(worktree: &Path, s: &Squash) -> Result<Squashed, SquashError> {
+    let end = head(worktree)?;
+    if !is_ancestor(worktree, s.base, &end) {
+        return Err(SquashError::BelowBase { base: s.base.to_string(), head: end.clone() });
+    }
+    // A task commit of harness's above the base (another run integrating onto a shared checkout,
+    // or merged in by the agent) is never folded into this task's: the squash starts above it.
+    let above = git(worktree, &["log", "-1", "--format=%H", "--grep=^Harness-Run: ", &format!("{}..{end}", s.base)])?;
+    let base = match above.trim() {
+        "" => s.base.to_string(),
+        newer => newer.to_string(),
+    };
+    let s = &Squash { base: &base, ..*s };
+    if let Some(b) = s.branch
+        && branch(worktree).as_deref() != Some(b)
+    {
+        // Back on the task's branch at the agent's HEAD; the index and the files stay as they are.
+        git(worktree, &["update-ref", &format!("refs/heads/{b}"), &end])?;
+        git(worktree, &["symbolic-ref", "HEAD", &format!("refs/heads/{b}")])?;
+    }
+    let dirty = changed_files(worktree);
+    let unmerged = unmerged_paths(worktree);
+    if !unmerged.is_empty() {
+        return Err(SquashError::Unresolved(unmerged));
+    }
+    // The agent's own commits since the base, oldest first.
+    let messages = if end != s.base {
+        git(worktree, &["log", "--reverse", "--format=%B%x00", &format!("{}..{end}", s.base)])?
+    } else {
+        String::new()
+    };
+    let agent_paths = if end != s.base { diff_names(worktree, s.base, &end)? } else { Vec::new() };
+    if end != s.base {
+        git(worktree, &["reset", "-q", "--soft", s.base])?;
+    }
+    match s.paths {
+        None => {
+            git(worktree, &["add", "-A"])?;
+        }
+        Some(listed) => {
+            let mut paths: Vec<&str> = listed.iter().map(String::as_str).collect();
+            paths.extend(agent_paths.iter().map(String::as_str));
+            paths.sort_unstable();
+            paths.dedup();
+            if !paths.is_empty() {
+                let mut args = vec!["add", "-A", "--"];
+                args.extend(paths);
+                git(worktree, &args)?;
+            }
         }
     }
-    let message = format!("{subject}\n\n{}", trailers(run_id, task, attempt));
-    // An identity is needed; use the repo's own when it has one.
-    let mut args = identity(worktree);
-    args.extend(["commit", "--allow-empty", "-q", "-m", &message]);
-    git(worktree, &args)?;
-    Ok(git(worktree, &["rev-parse", "HEAD"])?.trim().to_string())
+    if git(worktree, &["diff", "--cached", "--quiet", s.base]).is_ok() {
+        // Reported changed, yet neither committed by the agent nor in the worktree now: the work is
+        // not here (a replaced worktree), and "no changes" would hide its loss.
+        if !s.listed.is_empty() && end == s.base && dirty.is_empty() {
+            return Err(SquashError::Vanished(s.listed.to_vec()));
+        }
+        return Ok(Squashed::NoChanges);
+    }
+    // Paragraphs: the subject, the agent's own messages (indented), the trailers last.
+    let mut message = s.subject.to_string();
+    let bodies: Vec<&str> = messages.split('\0').map(str::trim).filter(|m| !m.is_empty()).collect();
+    if !bodies.is_empty() {
+        message.push_str("\n\nThe agent's own commits, squashed into this one:\n");
+        for b in bodies {
+            message.push('\n');
+            for l in b.lines() {
+                message.push_str(format!("    {l}").trim_end());
+                message.push('\n');
+            }
+        }
+    }
+    message.truncate(message.trim_end().len());
+    message.push_str("\n\n");
+    message.push_str(&trailers(&s.owner, s.attempt));
+    if let Err((e, stderr)) = git_as(worktree, s.hooks, &["commit", "-q", "-m", &message]) {
+        if s.hooks == Hooks::Repo {
+            return Err(SquashError::Hook(tail_lines(&stderr, 8, 600)));
+        }
+        return Err(e.into());
+    }
+    Ok(Squashed::Commit(head(worktree)?))
+}
+
+/// The last `n` non-empty lines of `text` joined with " | ", at most `max` characters.
+fn tail_lines(text: &str, n: usize, max: usize) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let t = lines[lines.len().saturating_sub(n)..].join(" | ");
+    if t.chars().count() > max { t.chars().skip(t.chars().count() - max).collect() } else { t }
+}
+
+/// Paths that differ between two commits (both sides of a rename).
+fn diff_names(worktree: &Path, from: &str, to: &str) -> Result<Vec<String>, GitError> {
+    let out = git(worktree, &["diff", "--name-only", "--no-renames", "-z", from, to])?;
+    Ok(out.split('\0').filter(|p| !p.is_empty()).map(str::to_string).collect())
+}
+
+/// Paths with unmerged index entries.
+pub fn unmerged_paths(worktree: &Path) -> Vec<String> {
+    git(worktree, &["diff", "--name-only", "--diff-filter=U", "-z"])
+        .map(|o| o.split('\0').filter(|p| !p.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// True when `a` is an ancestor of (or equal to) `b`.
+pub fn is_ancestor(worktree: &Path, a: &str, b: &str) -> bool {
+    git(worktree, &["merge-base", "--is-ancestor", a, b]).is_ok()
+}
+
+/// The files among `paths` (relative to `worktree`) that still hold a git conflict marker line.
+pub fn conflict_marked(worktree: &Path, paths: &[String]) -> Vec<String> {
+    paths
+        .iter()
+        .filter(|p| {
+            let Ok(text) = std::fs::read(worktree.join(p)) else { return false };
+            text.split(|&b| b == b'\n').any(|l| l.starts_with(b"<<<<<<< ") || l.starts_with(b">>>>>>> "))
+        })
+        .cloned()
+        .collect()
 }
 
 /// Arguments that give git an identity when the repository has none (commits and rebases need one).
@@ -181,11 +377,21 @@ pub fn head(worktree: &Path) -> Result<String, GitError> {
 }
 
 /// Creates a worktree at `path` on a new branch `branch` starting at `start` (the run's tip).
-pub fn worktree_add(repo: &Path, path: &Path, branch: &str, start: &str) -> Result<(), GitError> {
+/// With `Hooks::Repo` the repository's `post-checkout` runs in the new worktree, and its failure
+/// (with what it printed) is the error.
+pub fn worktree_add(repo: &Path, path: &Path, branch: &str, start: &str, hooks: Hooks) -> Result<(), GitError> {
     let p = path.to_string_lossy();
     // --force twice: a path a killed `git worktree add` left registered (missing, or locked while
     // "initializing") is ours to reuse; -b still refuses a branch that exists.
-    git(repo, &["worktree", "add", "-q", "-f", "-f", "-b", branch, &p, start]).map(|_| ())
+    git_as(repo, hooks, &["worktree", "add", "-q", "-f", "-f", "-b", branch, &p, start]).map(|_| ()).map_err(
+        |(e, stderr)| match (hooks, e) {
+            (Hooks::Repo, GitError::Failed { args, .. }) => GitError::Failed {
+                args,
+                detail: format!("a git hook failed (git_hooks: true): {}", tail_lines(&stderr, 8, 600)),
+            },
+            (_, e) => e,
+        },
+    )
 }
 
 /// Removes the worktree at `path` (with whatever it holds) and deletes `branch`; what is already
@@ -256,7 +462,7 @@ pub fn abort_stopped_rebase(worktree: &Path) -> Result<bool, GitError> {
     if !dir.join("rebase-merge").exists() && !dir.join("rebase-apply").exists() {
         return Ok(false);
     }
-    git(worktree, &["rebase", "--abort"])?;
+    git_as(worktree, Hooks::Off, &["rebase", "--abort"]).map_err(|(e, _)| e)?;
     Ok(true)
 }
 
@@ -272,36 +478,182 @@ pub fn branches_under(repo: &Path, prefix: &str) -> Vec<String> {
 #[derive(Debug, thiserror::Error)]
 pub enum IntegrateError {
     /// The change conflicts with the tip: nothing was changed (the rebase was aborted).
-    #[error("conflict integrating onto {}: {}", &tip[..tip.len().min(7)], paths.join(", "))]
+    #[error("conflict integrating onto {}: {}", short(tip), paths.join(", "))]
     Conflict { tip: String, paths: Vec<String> },
+    /// The run's branch kept moving under the integration (a commit by someone else each time).
+    #[error(
+        "integration raced: the run's branch moved during each of {tries} tries (commits by something other than harness); nothing was changed"
+    )]
+    Raced { tries: u32 },
+    /// The run's worktree has another branch checked out than the one the run integrates onto.
+    #[error("the run's worktree {} has {found} checked out, but the run integrates onto {expected}: nothing was changed (switch back with `git switch {expected}` and retry the task)", worktree.display())]
+    BranchMoved { worktree: std::path::PathBuf, expected: String, found: String },
     #[error(transparent)]
     Git(#[from] GitError),
 }
 
+/// What integration put on the run's branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Integrated {
+    /// The task's commit, now the run's tip.
+    Commit(String),
+    /// Rebased onto the tip, the task's change was empty (the tip holds it already): nothing added.
+    Empty,
+}
+
 /// Brings the task commit `sha` (checked out on its branch in `task_wt`, one commit on top of the tip
 /// it started from) onto the branch checked out in `run_wt`: a fast-forward when the run's tip has
-/// not moved, else the commit is first rebased onto the tip in the task worktree. Returns the sha now
-/// on the run's branch. On a conflict the rebase is aborted: the task branch, the run's branch and
-/// the run's worktree are as they were. The caller holds the run's integration lock.
-pub fn integrate(run_wt: &Path, task_wt: &Path, sha: &str) -> Result<String, IntegrateError> {
+/// not moved, else the commit is first rebased onto the tip in the task worktree. On a conflict the
+/// rebase is aborted: the task branch, the run's branch and the run's worktree are as they were. A
+/// fast-forward refused because the tip moved meanwhile is `Ok(None)` (the caller tries again). The
+/// caller holds the repository's integration lock. No hook runs.
+pub fn integrate(run_wt: &Path, task_wt: &Path, sha: &str) -> Result<Option<Integrated>, IntegrateError> {
     let tip = head(run_wt)?;
     let parent = git(task_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
     let mut sha = sha.to_string();
     if parent != tip {
-        let mut args = identity(task_wt);
-        args.extend(["rebase", "-q", "--empty=keep", "--onto", &tip, &parent]);
-        if let Err(e) = git(task_wt, &args) {
+        if let Err((e, _)) = git_as(task_wt, Hooks::Off, &["rebase", "-q", "--empty=drop", "--onto", &tip, &parent]) {
             let paths = conflicted_paths(task_wt);
-            let _ = git(task_wt, &["rebase", "--abort"]);
+            let _ = git_as(task_wt, Hooks::Off, &["rebase", "--abort"]);
             if paths.is_empty() {
                 return Err(e.into());
             }
             return Err(IntegrateError::Conflict { tip, paths });
         }
         sha = head(task_wt)?;
+        if sha == tip {
+            return Ok(Some(Integrated::Empty));
+        }
     }
-    git(run_wt, &["merge", "-q", "--ff-only", &sha])?;
-    Ok(sha)
+    match git_as(run_wt, Hooks::Off, &["merge", "-q", "--ff-only", &sha]) {
+        Ok(_) => Ok(Some(Integrated::Commit(sha))),
+        Err(_) if head(run_wt)? != tip => Ok(None),
+        Err((e, _)) => Err(e.into()),
+    }
+}
+
+/// The repository's common git dir (shared by all its worktrees).
+pub fn common_dir(repo: &Path) -> Result<std::path::PathBuf, GitError> {
+    Ok(std::path::PathBuf::from(git(repo, &["rev-parse", "--path-format=absolute", "--git-common-dir"])?.trim()))
+}
+
+/// Points `name` (a full ref name) at `sha`.
+pub fn set_ref(repo: &Path, name: &str, sha: &str) -> Result<(), GitError> {
+    git(repo, &["update-ref", name, sha]).map(|_| ())
+}
+
+/// The sha `name` points at, if it exists.
+pub fn ref_sha(repo: &Path, name: &str) -> Option<String> {
+    git(repo, &["rev-parse", "--verify", "--quiet", &format!("{name}^{{commit}}")]).ok().map(|s| s.trim().to_string())
+}
+
+/// The refs under `prefix` (e.g. `refs/harness/<runId>/`), with their shas, sorted by name.
+pub fn refs_under(repo: &Path, prefix: &str) -> Vec<(String, String)> {
+    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)", prefix])
+        .map(|o| o.lines().filter_map(|l| l.split_once(' ')).map(|(r, s)| (r.to_string(), s.to_string())).collect())
+        .unwrap_or_default()
+}
+
+/// Deletes the ref `name` (gone already is fine).
+pub fn delete_ref(repo: &Path, name: &str) -> Result<(), GitError> {
+    if ref_sha(repo, name).is_none() && git(repo, &["show-ref", "--verify", "--quiet", name]).is_err() {
+        return Ok(());
+    }
+    git(repo, &["update-ref", "-d", name]).map(|_| ())
+}
+
+/// A commit of the worktree's whole state (its HEAD, index and files, untracked ones included) on
+/// `parent`, with `message`: an attempt kept before its worktree is made afresh. The worktree's own
+/// index is left as it was (a temporary index is used). Returns HEAD itself when it already is
+/// exactly that.
+pub fn snapshot(worktree: &Path, parent: &str, message: &str) -> Result<String, GitError> {
+    let dir = git(worktree, &["rev-parse", "--absolute-git-dir"])?;
+    let tmp = Path::new(dir.trim()).join("harness-snapshot.index");
+    let _ = std::fs::remove_file(&tmp);
+    let with_index = |args: &[&str]| -> Result<String, GitError> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(worktree)
+            .args(args)
+            .env("GIT_INDEX_FILE", &tmp)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| GitError::Failed { args: args.join(" "), detail: e.to_string() })?;
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                args: args.join(" "),
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let tree = with_index(&["read-tree", "HEAD"])
+        .and_then(|_| with_index(&["add", "-A"]))
+        .and_then(|_| with_index(&["write-tree"]));
+    let _ = std::fs::remove_file(&tmp);
+    let tree = tree?;
+    let head = head(worktree)?;
+    let head_tree = git(worktree, &["rev-parse", "HEAD^{tree}"])?.trim().to_string();
+    let head_parent =
+        git(worktree, &["rev-parse", "--verify", "--quiet", "HEAD^"]).map(|s| s.trim().to_string()).unwrap_or_default();
+    if tree == head_tree && head_parent == parent {
+        return Ok(head);
+    }
+    let mut args = identity(worktree);
+    args.extend(["commit-tree", &tree, "-p", parent, "-m", message]);
+    Ok(git(worktree, &args)?.trim().to_string())
+}
+
+/// Applies the change of `attempt` (a commit on an older base) to the worktree, whose HEAD is the
+/// newer tip, as uncommitted changes: paths that do not conflict as they were, conflicting ones
+/// with git's conflict markers. Nothing is committed; the index is left at HEAD. Returns the
+/// conflicting paths, each with how it conflicts and the tip's commit that last changed it.
+pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<String>, GitError> {
+    if git_as(worktree, Hooks::Off, &["cherry-pick", "--no-commit", attempt]).is_ok() {
+        git(worktree, &["reset", "-q"])?;
+        return Ok(Vec::new());
+    }
+    let conflicts = conflicted_paths(worktree);
+    if conflicts.is_empty() {
+        let _ = git(worktree, &["cherry-pick", "--abort"]);
+        return Err(GitError::Failed {
+            args: format!("cherry-pick --no-commit {}", short(attempt)),
+            detail: "failed without a conflict".into(),
+        });
+    }
+    // The sequencer's state goes; the files (with their markers) stay, unstaged.
+    git(worktree, &["reset", "-q"])?;
+    let _ = git(worktree, &["cherry-pick", "--quit"]);
+    let tip = head(worktree)?;
+    Ok(conflicts
+        .into_iter()
+        .map(|c| {
+            let path = c.rsplit_once(" (").map_or(c.as_str(), |(p, _)| p);
+            let by = git(
+                worktree,
+                &[
+                    "log",
+                    "-1",
+                    "--format=%h %(trailers:key=Harness-Task,valueonly,separator=)",
+                    &format!("{old_base}..{tip}"),
+                    "--",
+                    path,
+                ],
+            )
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+            match by {
+                Some(by) => match by.split_once(' ') {
+                    Some((sha, task)) if !task.trim().is_empty() => {
+                        format!("{c}, against {sha} of task {}", task.trim())
+                    }
+                    _ => format!("{c}, against {}", by.split(' ').next().unwrap_or(&by)),
+                },
+                None => c,
+            }
+        })
+        .collect())
 }
 
 /// The unmerged paths of a stopped rebase, each with how it conflicts (`shared.txt (both added)`).
@@ -346,11 +698,27 @@ fn bre_literal(s: &str) -> String {
     s.replace('.', "\\.")
 }
 
-/// The commit (reachable from HEAD) that carries this run's and task's trailers, if any.
+/// The commit (reachable from HEAD) that carries this run's and task's trailers, if any, whichever
+/// run instance made it (tests and `journal reconcile`; recovery asks `find_own_commit`).
 pub fn find_task_commit(worktree: &Path, run_id: &str, task: &str) -> Option<String> {
-    let run = format!("--grep=^Harness-Run: {}$", bre_literal(run_id));
-    let task = format!("--grep=^Harness-Task: {}$", bre_literal(task));
-    let out = git(worktree, &["log", "--format=%H", "--all-match", &run, &task]).ok()?;
+    find_own_commit(worktree, &Owner { run: run_id, task, nonce: None, since: None })
+}
+
+/// The newest commit reachable from HEAD (above `owner.since`) that carries `owner`'s trailers — its
+/// nonce too, when it has one: a commit of an earlier instance of the same runId is never this
+/// run's.
+pub fn find_own_commit(worktree: &Path, owner: &Owner) -> Option<String> {
+    let run = format!("--grep=^Harness-Run: {}$", bre_literal(owner.run));
+    let task = format!("--grep=^Harness-Task: {}$", bre_literal(owner.task));
+    let mut args = vec!["log".to_string(), "--format=%H".into(), "--all-match".into(), run, task];
+    if let Some(n) = owner.nonce {
+        args.push(format!("--grep=^Harness-Nonce: {}$", bre_literal(n)));
+    }
+    if let Some(since) = owner.since {
+        args.push(format!("{since}..HEAD"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = git(worktree, &args).ok()?;
     out.lines().next().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
@@ -361,26 +729,23 @@ pub fn count_task_commits(worktree: &Path, run_id: &str, task: &str) -> usize {
     git(worktree, &["log", "--format=%H", "--all-match", &run, &task]).map(|o| o.lines().count()).unwrap_or(0)
 }
 
-/// What a reviewer reads: the status, the tracked diff and the new files (bounded to ~100 KB).
-pub fn review_diff(worktree: &Path, files: &[String]) -> String {
+/// What a reviewer reads: the task's whole change against its base — the agent's own commits and
+/// what it left uncommitted — as the status, the tracked diff and the new files (bounded to ~100 KB).
+pub fn review_diff(worktree: &Path, base: &str) -> String {
     const MAX: usize = 100_000;
     let mut out = String::new();
-    let mut args = vec!["status", "--porcelain=v1", "--untracked-files=all", "--"];
-    args.extend(files.iter().map(String::as_str));
-    if let Ok(s) = git(worktree, &args) {
+    if let Ok(s) = git(worktree, &["status", "--porcelain=v1", "--untracked-files=all"]) {
         out.push_str("## git status\n");
         out.push_str(&s);
     }
-    let mut args = vec!["diff", "HEAD", "--"];
-    args.extend(files.iter().map(String::as_str));
-    if let Ok(d) = git(worktree, &args) {
+    if let Ok(d) = git(worktree, &["diff", base]) {
         out.push_str("\n## diff\n");
         out.push_str(&d);
     }
-    for f in files {
+    let untracked = git(worktree, &["ls-files", "--others", "--exclude-standard", "-z"]).unwrap_or_default();
+    for f in untracked.split('\0').filter(|f| !f.is_empty()) {
         let p = worktree.join(f);
-        let tracked = git(worktree, &["ls-files", "--error-unmatch", "--", f]).is_ok();
-        if !tracked && p.is_file() {
+        if p.is_file() {
             let body = std::fs::read(&p).unwrap_or_default();
             out.push_str(&format!("\n## new file {f}\n{}\n", String::from_utf8_lossy(&body[..body.len().min(20_000)])));
         }
@@ -425,26 +790,114 @@ pub fn exclude_runstate(worktree: &Path, runstate_dir: &Path) -> Result<(), GitE
 mod tests {
     use super::*;
 
-    fn repo() -> tempfile::TempDir {
+    fn repo() -> (tempfile::TempDir, String) {
         let d = tempfile::tempdir().unwrap();
-        git(d.path(), &["init", "-q"]).unwrap();
+        git(d.path(), &["init", "-q", "-b", "main"]).unwrap();
         std::fs::write(d.path().join("a.txt"), "a\n").unwrap();
-        commit_task(d.path(), &["a.txt".into()], "first", "r", "T0", 1).unwrap();
-        d
+        git(d.path(), &["add", "a.txt"]).unwrap();
+        let mut args = identity(d.path());
+        args.extend(["commit", "-q", "-m", "first"]);
+        git(d.path(), &args).unwrap();
+        let base = head(d.path()).unwrap();
+        (d, base)
+    }
+
+    fn agent_commit(dir: &Path, file: &str, msg: &str) {
+        std::fs::write(dir.join(file), format!("{file}\n")).unwrap();
+        git(dir, &["add", file]).unwrap();
+        let mut args = identity(dir);
+        args.extend(["commit", "-q", "-m", msg]);
+        git(dir, &args).unwrap();
+    }
+
+    fn sq<'a>(base: &'a str, listed: &'a [String]) -> Squash<'a> {
+        Squash {
+            base,
+            branch: Some("main"),
+            paths: None,
+            listed,
+            subject: "T1: do it",
+            owner: Owner { run: "r", task: "T1", nonce: Some("n1"), since: None },
+            attempt: 1,
+            hooks: Hooks::Off,
+        }
+    }
+
+    fn files_of(dir: &Path, sha: &str) -> Vec<String> {
+        git(dir, &["show", "--format=", "--name-only", sha]).unwrap().lines().map(str::to_string).collect()
     }
 
     #[test]
-    fn a_commit_holds_the_reported_files_and_refuses_when_none_of_them_changed() {
-        let d = repo();
-        std::fs::write(d.path().join("b.txt"), "b\n").unwrap();
-        let sha = commit_task(d.path(), &["b.txt".into()], "second", "r", "T1", 1).unwrap();
-        assert_eq!(git(d.path(), &["show", "--format=", "--name-only", &sha]).unwrap().trim(), "b.txt");
-        // Reported, but the worktree no longer holds the change: an error, and no commit.
-        let err = commit_task(d.path(), &["b.txt".into()], "again", "r", "T2", 1).unwrap_err().to_string();
+    fn the_squash_holds_the_agents_commits_and_what_it_left_uncommitted_in_one_commit() {
+        let (d, base) = repo();
+        agent_commit(d.path(), "b.txt", "agent: add b");
+        agent_commit(d.path(), "c.txt", "agent: add c");
+        std::fs::write(d.path().join("d.txt"), "d\n").unwrap();
+        let Squashed::Commit(sha) = squash(d.path(), &sq(&base, &["d.txt".into()])).unwrap() else { panic!() };
+        assert_eq!(git(d.path(), &["rev-parse", &format!("{sha}^")]).unwrap().trim(), base, "one commit on the base");
+        assert_eq!(files_of(d.path(), &sha), vec!["b.txt", "c.txt", "d.txt"]);
+        let body = git(d.path(), &["log", "-1", "--format=%B", &sha]).unwrap();
+        assert!(body.contains("agent: add b") && body.contains("agent: add c"), "{body}");
+        assert!(body.trim_end().ends_with("Harness-Nonce: n1"), "the trailers close the message: {body}");
+        assert_eq!(
+            find_own_commit(d.path(), &Owner { run: "r", task: "T1", nonce: Some("n1"), since: Some(&base) }),
+            Some(sha.clone())
+        );
+        assert_eq!(find_own_commit(d.path(), &Owner { run: "r", task: "T1", nonce: Some("other"), since: None }), None);
+    }
+
+    #[test]
+    fn an_end_state_equal_to_the_base_commits_nothing_and_a_vanished_change_is_refused() {
+        let (d, base) = repo();
+        assert_eq!(squash(d.path(), &sq(&base, &[])).unwrap(), Squashed::NoChanges);
+        // The agent committed, then reverted by hand: no net change, no commit.
+        agent_commit(d.path(), "b.txt", "agent: add b");
+        std::fs::remove_file(d.path().join("b.txt")).unwrap();
+        assert_eq!(squash(d.path(), &sq(&base, &["b.txt".into()])).unwrap(), Squashed::NoChanges);
+        assert_eq!(head(d.path()).unwrap(), base);
+        // Reported, but nothing of it here: refused.
+        let err = squash(d.path(), &sq(&base, &["gone.txt".into()])).unwrap_err().to_string();
         assert!(err.contains("holds none of them"), "{err}");
-        assert_eq!(head(d.path()).unwrap(), sha);
-        // A turn that reported nothing still records its commit (empty by design).
-        let empty = commit_task(d.path(), &[], "nothing", "r", "T3", 1).unwrap();
-        assert_ne!(empty, sha);
+    }
+
+    #[test]
+    fn history_rewritten_below_the_base_halts_and_deletes_nothing() {
+        let (d, _) = repo();
+        agent_commit(d.path(), "b.txt", "second");
+        let base = head(d.path()).unwrap();
+        git(d.path(), &["reset", "-q", "--hard", "HEAD~1"]).unwrap();
+        let err = squash(d.path(), &sq(&base, &[])).unwrap_err();
+        assert!(matches!(err, SquashError::BelowBase { .. }), "{err}");
+        assert!(commit_exists(d.path(), &base));
+    }
+
+    #[test]
+    fn a_carried_attempt_keeps_its_other_paths_and_marks_the_conflicting_one() {
+        let (d, base) = repo();
+        // The attempt (on base): shared.txt and own.txt.
+        git(d.path(), &["checkout", "-q", "-b", "attempt"]).unwrap();
+        std::fs::write(d.path().join("shared.txt"), "mine\n").unwrap();
+        agent_commit(d.path(), "own.txt", "attempt");
+        git(d.path(), &["add", "shared.txt"]).unwrap();
+        let mut args = identity(d.path());
+        args.extend(["commit", "-q", "--amend", "--no-edit"]);
+        git(d.path(), &args).unwrap();
+        let attempt = head(d.path()).unwrap();
+        // The tip moved: someone else's shared.txt.
+        git(d.path(), &["checkout", "-q", "main"]).unwrap();
+        std::fs::write(d.path().join("shared.txt"), "theirs\n").unwrap();
+        git(d.path(), &["add", "shared.txt"]).unwrap();
+        let mut args = identity(d.path());
+        args.extend(["commit", "-q", "-m", "a: theirs\n\nHarness-Task: a"]);
+        git(d.path(), &args).unwrap();
+        let conflicts = carry(d.path(), &attempt, &base).unwrap();
+        assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+        assert!(
+            conflicts[0].starts_with("shared.txt (both added), against ") && conflicts[0].ends_with("of task a"),
+            "{conflicts:?}"
+        );
+        assert_eq!(std::fs::read_to_string(d.path().join("own.txt")).unwrap(), "own.txt\n");
+        assert_eq!(conflict_marked(d.path(), &["shared.txt".into(), "own.txt".into()]), vec!["shared.txt".to_string()]);
+        assert!(unmerged_paths(d.path()).is_empty(), "the index is back at HEAD");
     }
 }

@@ -1,12 +1,15 @@
 //! Task worktrees (plan `isolation: "worktree"`, the default): where a task works so that its commit
 //! holds exactly its own files. Each task gets `$HARNESS_HOME/worktrees/<runId>/<task>` on the branch
-//! `harness/<runId>/<task>`, made from the run's tip at dispatch; it is reused when the task's turn
-//! continues (a resume after a kill, a halt or a supervisor restart) and made afresh when the task's
-//! own commit is still on it unintegrated (a conflict: the re-dispatch starts from the current tip).
-//! Removed once the task's commit is integrated, and all of a run's when the run ends. Git calls go
-//! through `git.rs`; this module blocks (callers on the async runtime use the blocking pool).
+//! `harness/<runId>/<task>`, made from the run's tip at dispatch (that tip is the task's *base*,
+//! kept at `refs/harness/<runId>/<task>/base`); it is reused when the task's turn continues (a resume
+//! after a kill, a halt or a supervisor restart). A redo after a conflict starts afresh from the
+//! current tip **with its previous attempt applied** (`git::carry`: conflicting paths keep git's
+//! markers); the attempt stays at `refs/harness/<runId>/<task>/attempt-N` until the task is
+//! integrated. Integration holds the repository-wide lock. What the journal does not call
+//! integrated is never removed without `force` (`clean_run`). Git calls go through `git.rs`; this
+//! module blocks (callers on the async runtime use the blocking pool).
 
-use crate::git::{self, GitError};
+use crate::git::{self, GitError, Hooks, IntegrateError, Integrated};
 use crate::home::Home;
 use crate::ids::{RunId, TaskId};
 use std::path::{Path, PathBuf};
@@ -23,11 +26,42 @@ pub fn branch_prefix(run: &RunId) -> String {
     format!("harness/{run}/")
 }
 
+/// The prefix of a run's refs outside branches (`refs/harness/<runId>/`).
+pub fn refs_prefix(run: &RunId) -> String {
+    format!("refs/harness/{run}/")
+}
+
 /// A task id as a ref name component: dots become `%2e` when they would make an invalid ref
 /// (`..`, a trailing `.` or `.lock`); ids hold only `[A-Za-z0-9._-]`.
 fn ref_component(task: &TaskId) -> String {
     let t = task.as_str();
     if t.contains("..") || t.ends_with('.') || t.ends_with(".lock") { t.replace('.', "%2e") } else { t.to_string() }
+}
+
+/// `refs/harness/<runId>/<task>/`: the task's base and attempts.
+fn task_refs(run: &RunId, task: &TaskId) -> String {
+    format!("{}{}/", refs_prefix(run), ref_component(task))
+}
+
+/// Where the base of `task`'s current worktree is kept.
+pub fn base_ref(run: &RunId, task: &TaskId) -> String {
+    format!("{}base", task_refs(run, task))
+}
+
+/// Where attempt `n` of `task` is kept until the task is integrated.
+pub fn attempt_ref(run: &RunId, task: &TaskId, n: u32) -> String {
+    format!("{}attempt-{n}", task_refs(run, task))
+}
+
+/// The task's kept attempts, oldest first: (number, sha).
+pub fn attempts(run_wt: &Path, run: &RunId, task: &TaskId) -> Vec<(u32, String)> {
+    let prefix = task_refs(run, task);
+    let mut v: Vec<(u32, String)> = git::refs_under(run_wt, &prefix)
+        .into_iter()
+        .filter_map(|(r, sha)| r.strip_prefix(&format!("{prefix}attempt-"))?.parse().ok().map(|n| (n, sha)))
+        .collect();
+    v.sort();
+    v
 }
 
 /// Where `task` of `run` works (whether or not it exists yet).
@@ -38,39 +72,97 @@ pub fn of(home: &Home, run: &RunId, task: &TaskId) -> TaskTree {
     }
 }
 
-/// Holds the repository's worktree-admin lock (`<git common dir>/harness-worktrees.lock`): `git
-/// worktree add`, `remove` and `prune` are not safe to run at once in one repository (an add reads
-/// another's half-made admin entry; a prune deletes it), whichever run or process asks.
-fn admin_lock(run_wt: &Path) -> Result<crate::flock::Flock, GitError> {
+/// Opens and locks `<git common dir>/<name>`.
+fn common_lock(run_wt: &Path, name: &str) -> Result<crate::flock::Flock, GitError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = git::run(run_wt, &["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
-    let path = Path::new(dir.trim()).join("harness-worktrees.lock");
+    let path = git::common_dir(run_wt)?.join(name);
     let fail = |e: std::io::Error| GitError::Failed { args: format!("lock {}", path.display()), detail: e.to_string() };
     let f =
         std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(fail)?;
     crate::flock::Flock::exclusive(&f).map_err(fail)
 }
 
-/// How a turn's worktree was made ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prepared {
-    /// Made afresh from the run's tip: `setup` runs in it.
-    Fresh,
-    /// The task's earlier work, continued.
-    Reused,
+/// Holds the repository's worktree-admin lock (`<git common dir>/harness-worktrees.lock`): `git
+/// worktree add`, `remove` and `prune` are not safe to run at once in one repository (an add reads
+/// another's half-made admin entry; a prune deletes it), whichever run or process asks.
+fn admin_lock(run_wt: &Path) -> Result<crate::flock::Flock, GitError> {
+    common_lock(run_wt, "harness-worktrees.lock")
 }
 
-/// Makes `t` ready for a turn of `task`: reused when it is a healthy worktree holding no commit of the
-/// task (its earlier turn's work, uncommitted), else removed and made afresh from `run_wt`'s HEAD (a
-/// worktree half-made by a supervisor killed during `git worktree add` is made afresh too).
-pub fn prepare(run_wt: &Path, t: &TaskTree, run: &RunId, task: &TaskId) -> Result<Prepared, GitError> {
+/// The repository-wide integration lock (`<git common dir>/harness-integrate.lock`), held from
+/// reading the tip through the rebase to the fast-forward: two runs of one checkout (or of linked
+/// worktrees of one repository) never integrate at once.
+pub fn integration_lock(run_wt: &Path) -> Result<crate::flock::Flock, GitError> {
+    common_lock(run_wt, "harness-integrate.lock")
+}
+
+/// Whose task is being made ready, and how.
+pub struct Ready<'a> {
+    pub run: &'a RunId,
+    pub task: &'a TaskId,
+    /// The run instance's nonce: only this instance's commits and attempts are the task's.
+    pub nonce: Option<&'a str>,
+    /// Hooks for `git worktree add` (`post-checkout`).
+    pub hooks: Hooks,
+}
+
+/// How a turn's worktree was made ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// Made afresh from the run's tip (`setup` runs in it), or the task's earlier work continued.
+    pub fresh: bool,
+    /// The commit the worktree started from.
+    pub base: String,
+    /// An earlier attempt applied to the fresh worktree, and its conflicting paths (each with how it
+    /// conflicts and against whose commit).
+    pub carried: Option<(String, Vec<String>)>,
+}
+
+/// Makes `t` ready for a turn: reused when it is a healthy worktree holding no commit of the task's
+/// (its earlier turn's work, uncommitted), else made afresh from `run_wt`'s HEAD — with the task's
+/// previous attempt (its unintegrated commit, plus anything left beside it) kept as an attempt ref
+/// and applied on top. A worktree half-made by a killed `git worktree add` is made afresh too.
+pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitError> {
     let _admin = admin_lock(run_wt)?;
     settle(t);
+    let base_name = base_ref(r.run, r.task);
+    let known_base = git::ref_sha(run_wt, &base_name);
+    let mut carry_from: Option<(String, String)> = None;
     if git::worktree_healthy(&t.path) {
-        let own_commit = git::find_task_commit(&t.path, run.as_str(), task.as_str())
-            .filter(|sha| git::find_task_commit(run_wt, run.as_str(), task.as_str()).as_deref() != Some(sha));
+        let head = git::head(&t.path)?;
+        let base = match &known_base {
+            Some(b) if git::commit_exists(&t.path, b) => b.clone(),
+            // A worktree made before bases were kept: where it left the run's branch.
+            _ => git::run(&t.path, &["merge-base", "HEAD", &git::head(run_wt)?])?.trim().to_string(),
+        };
+        let owner = git::Owner { run: r.run.as_str(), task: r.task.as_str(), nonce: r.nonce, since: Some(&base) };
+        let own_commit = git::find_own_commit(&t.path, &owner)
+            .filter(|sha| git::find_own_commit(run_wt, &git::Owner { since: None, ..owner }).as_deref() != Some(sha));
         if own_commit.is_none() {
-            return Ok(Prepared::Reused);
+            if known_base.as_deref() != Some(base.as_str()) {
+                git::set_ref(run_wt, &base_name, &base)?;
+            }
+            return Ok(Prepared { fresh: false, base, carried: None });
+        }
+        // A redo after the task's commit failed to integrate: its whole state is kept first.
+        let n = attempts(run_wt, r.run, r.task).last().map_or(1, |(n, _)| n + 1);
+        let message = format!(
+            "harness: attempt {} of task {}\n\n{}",
+            n,
+            r.task,
+            git::trailers(&git::Owner { since: None, ..owner }, n)
+        );
+        let snap = git::snapshot(&t.path, &base, &message)?;
+        if attempts(run_wt, r.run, r.task).last().map(|(_, s)| s.as_str()) != Some(snap.as_str()) {
+            git::set_ref(run_wt, &attempt_ref(r.run, r.task, n), &snap)?;
+        }
+        carry_from = Some((snap, base));
+        let _ = head;
+    } else if let Some((_, sha)) = attempts(run_wt, r.run, r.task).last() {
+        // No worktree, but a kept attempt of this run instance: the redo starts with it.
+        if belongs(run_wt, sha, r) {
+            let parent = git::run(run_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
+            carry_from = Some((sha.clone(), parent));
         }
     }
     git::worktree_remove(run_wt, &t.path, &t.branch)?;
@@ -79,8 +171,26 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, run: &RunId, task: &TaskId) -> Resul
             .map_err(|e| GitError::Failed { args: format!("mkdir {}", dir.display()), detail: e.to_string() })?;
     }
     let tip = git::head(run_wt)?;
-    git::worktree_add(run_wt, &t.path, &t.branch, &tip)?;
-    Ok(Prepared::Fresh)
+    git::worktree_add(run_wt, &t.path, &t.branch, &tip, r.hooks)?;
+    git::set_ref(run_wt, &base_name, &tip)?;
+    let carried = match carry_from {
+        Some((sha, old_base)) => {
+            let conflicts = git::carry(&t.path, &sha, &old_base)?;
+            Some((sha, conflicts))
+        }
+        None => None,
+    };
+    Ok(Prepared { fresh: true, base: tip, carried })
+}
+
+/// True when `sha` carries this run instance's trailers (an attempt of an earlier instance of the
+/// same runId is not this task's).
+fn belongs(repo: &Path, sha: &str, r: &Ready) -> bool {
+    let Ok(body) = git::run(repo, &["log", "-1", "--format=%B", sha]) else { return false };
+    let has = |k: &str, v: &str| body.lines().any(|l| l.trim() == format!("{k}: {v}"));
+    has("Harness-Run", r.run.as_str())
+        && has("Harness-Task", r.task.as_str())
+        && r.nonce.is_none_or(|n| has("Harness-Nonce", n))
 }
 
 /// Puts a task worktree back in a plain state: a rebase left stopped by a killed supervisor (a
@@ -95,10 +205,46 @@ pub fn settle(t: &TaskTree) {
     }
 }
 
-/// Removes one task's worktree and branch.
-pub fn remove(run_wt: &Path, t: &TaskTree) -> Result<(), GitError> {
+/// How many times an integration reads the tip again when it moved under it.
+pub const INTEGRATE_TRIES: u32 = 5;
+
+/// Brings the task's commit (HEAD of `task_wt`) onto the run's branch under the repository-wide
+/// integration lock: the run's worktree must still have `branch` checked out (`None`: a detached
+/// HEAD), and a tip that moved anyway is rebased onto again, up to `INTEGRATE_TRIES` times.
+pub fn integrate(run_wt: &Path, task_wt: &Path, branch: Option<&str>) -> Result<Integrated, IntegrateError> {
+    let _lock = integration_lock(run_wt)?;
+    git::wait_index_unlocked(run_wt, crate::timeouts::INDEX_LOCK_WAIT);
+    for _ in 0..INTEGRATE_TRIES {
+        check_branch(run_wt, branch)?;
+        let sha = git::head(task_wt)?;
+        if let Some(done) = git::integrate(run_wt, task_wt, &sha)? {
+            return Ok(done);
+        }
+    }
+    Err(IntegrateError::Raced { tries: INTEGRATE_TRIES })
+}
+
+/// The run's worktree still has the run's branch checked out.
+pub fn check_branch(run_wt: &Path, branch: Option<&str>) -> Result<(), IntegrateError> {
+    let found = git::branch(run_wt);
+    if found.as_deref() == branch {
+        return Ok(());
+    }
+    Err(IntegrateError::BranchMoved {
+        worktree: run_wt.to_path_buf(),
+        expected: branch.unwrap_or("(a detached HEAD)").to_string(),
+        found: found.unwrap_or_else(|| "a detached HEAD".into()),
+    })
+}
+
+/// Removes one integrated task's worktree, branch and refs.
+pub fn remove(run_wt: &Path, t: &TaskTree, run: &RunId, task: &TaskId) -> Result<(), GitError> {
     let _admin = admin_lock(run_wt)?;
-    git::worktree_remove(run_wt, &t.path, &t.branch)
+    git::worktree_remove(run_wt, &t.path, &t.branch)?;
+    for (name, _) in git::refs_under(run_wt, &task_refs(run, task)) {
+        git::delete_ref(run_wt, &name)?;
+    }
+    Ok(())
 }
 
 /// The task worktrees of `run` that exist now, by task directory name.
@@ -110,24 +256,149 @@ pub fn existing(home: &Home, run: &RunId) -> Vec<(String, PathBuf)> {
     out
 }
 
-/// Removes every task worktree and task branch of `run` (the run has ended, or `harness clean`).
-/// Returns what was removed, as paths and branch names.
-pub fn clean_run(home: &Home, run_wt: &Path, run: &RunId) -> Result<Vec<String>, GitError> {
-    let _admin = admin_lock(run_wt)?;
-    let mut removed = Vec::new();
-    for (name, path) in existing(home, run) {
-        match TaskId::parse(&name) {
-            Ok(task) => git::worktree_remove(run_wt, &path, &of(home, run, &task).branch)?,
-            Err(_) => std::fs::remove_dir_all(&path)
-                .map_err(|e| GitError::Failed { args: format!("rm -r {}", path.display()), detail: e.to_string() })?,
+/// What of a task is left in git and on disk after its run: its worktree, branch and refs.
+#[derive(Debug, Clone, Default)]
+struct Leftover {
+    worktree: Option<PathBuf>,
+    branch: Option<String>,
+    refs: Vec<(String, String)>,
+}
+
+/// What `clean_run` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Paths, branches and refs removed.
+    pub removed: Vec<String>,
+    /// What was kept, each with why.
+    pub kept: Vec<(String, String)>,
+}
+
+/// What unintegrated work a task's leftovers hold, in words (`None`: nothing that is not on the
+/// run's branch already or in its base).
+fn work_of(run_wt: &Path, run: &RunId, task: &TaskId, l: &Leftover) -> Option<String> {
+    let mut said = Vec::new();
+    let base = l.refs.iter().find(|(r, _)| *r == base_ref(run, task)).map(|(_, s)| s.clone());
+    if let Some(wt) = &l.worktree {
+        let changed = if git::is_worktree(wt) { git::changed_files(wt).len() } else { 0 };
+        let head = git::head(wt).ok();
+        let ahead = match (&head, &base) {
+            (Some(h), Some(b)) => h != b,
+            (Some(h), None) => !git::is_ancestor(run_wt, h, "HEAD"),
+            _ => false,
+        };
+        if changed > 0 {
+            said.push(format!("{changed} uncommitted path(s)"));
         }
-        removed.push(path.to_string_lossy().into_owned());
+        if ahead {
+            said.push("commits above its base".to_string());
+        }
+        if !git::is_worktree(wt) && wt.exists() {
+            said.push("a directory that is not a worktree".to_string());
+        }
+    } else if let (Some(b), Some(bsha)) = (&l.branch, &base)
+        && git::ref_sha(run_wt, &format!("refs/heads/{b}")).is_some_and(|s| &s != bsha)
+    {
+        said.push("a branch above its base".to_string());
+    }
+    let attempts = l.refs.iter().filter(|(r, _)| r.contains("/attempt-")).count();
+    if attempts > 0 {
+        said.push(format!("{attempts} kept attempt(s)"));
+    }
+    (!said.is_empty()).then(|| said.join(", "))
+}
+
+/// Removes the task worktrees, task branches and refs of `run` (its run has ended, or `harness
+/// clean`) — but only of tasks `integrated` says the journal calls integrated, or that hold no
+/// unintegrated work; the rest is kept (and said why) unless `force`.
+pub fn clean_run(
+    home: &Home,
+    run_wt: &Path,
+    run: &RunId,
+    integrated: &dyn Fn(&str) -> bool,
+    force: bool,
+) -> Result<Cleaned, GitError> {
+    let _admin = admin_lock(run_wt)?;
+    let mut by_task: std::collections::BTreeMap<String, Leftover> = Default::default();
+    for (name, path) in existing(home, run) {
+        by_task.entry(name).or_default().worktree = Some(path);
+    }
+    let prefix = branch_prefix(run);
+    for b in git::branches_under(run_wt, &prefix) {
+        let name = b.strip_prefix(&prefix).unwrap_or(&b).replace("%2e", ".");
+        by_task.entry(name).or_default().branch = Some(b);
+    }
+    let rprefix = refs_prefix(run);
+    for (r, sha) in git::refs_under(run_wt, &rprefix) {
+        let name = r.strip_prefix(&rprefix).and_then(|x| x.split('/').next()).unwrap_or("").replace("%2e", ".");
+        by_task.entry(name).or_default().refs.push((r, sha));
+    }
+    let mut out = Cleaned::default();
+    for (name, l) in by_task {
+        let task = TaskId::parse(&name).ok();
+        if !force && !integrated(&name) {
+            let work = match &task {
+                Some(t) => work_of(run_wt, run, t, &l),
+                None => l.worktree.as_ref().map(|_| "a directory named outside the task id grammar".to_string()),
+            };
+            if let Some(work) = work {
+                let what = l
+                    .worktree
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .or_else(|| l.branch.clone())
+                    .unwrap_or_else(|| format!("{rprefix}{name}/"));
+                out.kept.push((
+                    what,
+                    format!("task {name} is not integrated and holds {work} (`harness clean --force` removes it)"),
+                ));
+                continue;
+            }
+        }
+        if let Some(path) = &l.worktree {
+            let branch = task.as_ref().map(|t| of(home, run, t).branch).or_else(|| l.branch.clone());
+            match branch {
+                Some(b) => git::worktree_remove(run_wt, path, &b)?,
+                None => std::fs::remove_dir_all(path).map_err(|e| GitError::Failed {
+                    args: format!("rm -r {}", path.display()),
+                    detail: e.to_string(),
+                })?,
+            }
+            out.removed.push(path.display().to_string());
+        } else if let Some(b) = &l.branch {
+            git::delete_ref(run_wt, &format!("refs/heads/{b}"))?;
+            out.removed.push(b.clone());
+        }
+        if l.worktree.is_some()
+            && let Some(b) = &l.branch
+        {
+            out.removed.push(b.clone());
+        }
+        for (r, _) in &l.refs {
+            git::delete_ref(run_wt, r)?;
+        }
     }
     git::run(run_wt, &["worktree", "prune"])?;
-    for b in git::branches_under(run_wt, &branch_prefix(run)) {
-        git::run(run_wt, &["update-ref", "-d", &format!("refs/heads/{b}")])?;
-        removed.push(b);
-    }
     let _ = std::fs::remove_dir(home.worktrees_dir(run));
-    Ok(removed)
+    Ok(out)
+}
+
+/// What `clean_run` would keep now (nothing is changed): for `harness show`.
+pub fn kept(home: &Home, run_wt: &Path, run: &RunId, integrated: &dyn Fn(&str) -> bool) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, path) in existing(home, run) {
+        if integrated(&name) {
+            continue;
+        }
+        let Ok(task) = TaskId::parse(&name) else { continue };
+        let t = of(home, run, &task);
+        let l = Leftover {
+            worktree: Some(path.clone()),
+            branch: Some(t.branch),
+            refs: git::refs_under(run_wt, &task_refs(run, &task)),
+        };
+        if let Some(work) = work_of(run_wt, run, &task, &l) {
+            out.push((path.display().to_string(), format!("task {name}: {work}")));
+        }
+    }
+    out
 }
