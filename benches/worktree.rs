@@ -3,9 +3,12 @@
 //!    5 sequential one-file tasks run with `isolation: "worktree"` and with `"shared"`; the difference
 //!    per task (goal <= 1.5 s; a bare `git worktree add` of such a repo is timed alongside);
 //! 2. a wave of 6 tasks whose turns take 5 s each, at `max_parallel: 3`: wall time against the ideal
-//!    10 s (goal <= 1.3x).
+//!    10 s (goal <= 1.3x);
+//! 3. a task's commit and integration (squash onto its base, rebase onto a moved tip, fast-forward,
+//!    under the repository's lock) when its agent made 5 commits of its own against one whose agent
+//!    made none, the same 5 files changed, interleaved in one run (goal <= 1.2x).
 //!
-//! Run: `cargo bench --bench worktree`. Figures printed; nothing asserted.
+//! Run: `cargo bench --bench worktree [overhead|wave|integration]`. Figures printed; nothing asserted.
 
 mod support;
 
@@ -118,6 +121,66 @@ fn wave() {
     );
 }
 
+/// One task's commit + integration, timed: a worktree at the tip, another commit lands on the run's
+/// branch meanwhile (so the integration rebases), then `agent_commits` commits of the agent's own
+/// (0: the 5 files left uncommitted).
+fn integrate_once(repo: &Path, wt: &Path, n: usize, agent_commits: bool) -> Duration {
+    use harness::git::{self, Hooks, Owner, Squash, Squashed};
+    let branch = format!("harness/bench/t{n}");
+    git::worktree_add(repo, wt, &branch, "HEAD", Hooks::Off).unwrap();
+    let base = git::head(wt).unwrap();
+    std::fs::write(repo.join(format!("tip-{n}.txt")), "tip\n").unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "tip moves"]);
+    for f in 0..5 {
+        std::fs::write(wt.join(format!("task-{n}-{f}.txt")), format!("{f}\n")).unwrap();
+        if agent_commits {
+            git(wt, &["add", "-A"]);
+            git(wt, &["-c", "user.name=a", "-c", "user.email=a@a", "commit", "-qm", &format!("agent: file {f}")]);
+        }
+    }
+    let t = Instant::now();
+    let task = format!("t{n}");
+    let sq = Squash {
+        base: &base,
+        branch: Some(&branch),
+        paths: None,
+        listed: &[],
+        subject: "bench: a task",
+        owner: Owner { run: "bench", task: &task, nonce: Some("0123456789abcdef"), since: Some(&base) },
+        attempt: 1,
+        hooks: Hooks::Off,
+    };
+    let Squashed::Commit(_) = git::squash(wt, &sq).unwrap() else { panic!("no commit") };
+    harness::worktree::integrate(repo, wt, Some("main")).unwrap();
+    let took = t.elapsed();
+    git::worktree_remove(repo, wt, &branch).unwrap();
+    took
+}
+
+fn integration() {
+    let d = tempfile::tempdir().unwrap();
+    let repo = d.path().join("repo");
+    big_repo(&repo, 1_000);
+    let (mut none, mut five) = (Vec::new(), Vec::new());
+    for n in 0..40 {
+        let wt = d.path().join(format!("wt{n}"));
+        let took = integrate_once(&repo, &wt, n, n % 2 == 1);
+        if n % 2 == 1 { five.push(took) } else { none.push(took) }
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(&mut none), median(&mut five));
+    println!(
+        "commit + integration of a task (1,000-file repo, tip moved, 5 files): agent made 5 commits {:.1} ms, none {:.1} ms (medians of 20 each, interleaved) -> {:.2}x [goal <= 1.2x]",
+        b.as_secs_f64() * 1e3,
+        a.as_secs_f64() * 1e3,
+        b.as_secs_f64() / a.as_secs_f64()
+    );
+}
+
 fn main() {
     let which = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_default();
     if which.is_empty() || which == "overhead" {
@@ -125,5 +188,8 @@ fn main() {
     }
     if which.is_empty() || which == "wave" {
         wave();
+    }
+    if which.is_empty() || which == "integration" {
+        integration();
     }
 }

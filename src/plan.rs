@@ -67,6 +67,11 @@ pub struct Plan {
     /// A shell command run in each fresh task worktree before its turn (copy `.env`, `npm ci`…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<String>,
+    /// `true`: the repository's git hooks run for each task's own commit and worktree (pre-commit,
+    /// commit-msg, post-checkout…; a failing one halts the task with its output). Default: harness's
+    /// git calls run no hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_hooks: Option<bool>,
     /// Every claude task on the live channel unless it says `live: false` (other adapters ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<bool>,
@@ -209,13 +214,14 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 18] = [
+const TOP_FIELDS: [&str; 19] = [
     "v",
     "slug",
     "base_branch",
     "max_parallel",
     "isolation",
     "setup",
+    "git_hooks",
     "live",
     "approvals",
     "allowed_tools",
@@ -350,6 +356,14 @@ impl Plan {
                 None
             }
         };
+        let git_hooks = match obj.get("git_hooks") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(v) => {
+                errs.push(format!("git_hooks: must be a boolean, got {v}"));
+                None
+            }
+        };
         let live = match obj.get("live") {
             None | Some(Value::Null) => None,
             Some(Value::Bool(b)) => Some(*b),
@@ -456,6 +470,7 @@ impl Plan {
                 max_parallel,
                 isolation,
                 setup,
+                git_hooks,
                 live,
                 approvals,
                 allowed_tools,

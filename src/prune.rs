@@ -1,7 +1,8 @@
 //! Retention: `harness prune` removes finished and failed runs whose last activity is older than a
 //! limit — their pointer, summary and runstate files, or (`logs_only`) only their logs, keeping
-//! journal and plan. Never a run that is not over, never one a supervisor holds, never git (task
-//! branches, commits and worktrees are left alone: `harness clean <runId>` removes worktrees).
+//! journal and plan. Never a run that is not over, never one a supervisor holds, never one that
+//! keeps unintegrated task work (its journal says whose it is), never git (task branches, commits
+//! and worktrees are left alone: `harness clean <runId>` removes worktrees).
 //!
 //! Each run is looked at under its supervisor lock (`<slug>.supervisor.lock`), so no supervisor can
 //! start on it while it is removed, and its journal is read again under the lock. A pruned run keeps a
@@ -124,6 +125,18 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
         .is_some_and(crate::liveness::pid_alive);
     if live {
         return Err("its supervisor is alive".into());
+    }
+    // Unintegrated task work outlives its run (worktree, task branch, kept attempts): its journal
+    // is what says whose it is, so the run is kept with it.
+    let worktrees = crate::worktree::existing(home, &p.run_id);
+    let held = !worktrees.is_empty()
+        || !crate::git::branches_under(&p.worktree, &crate::worktree::branch_prefix(&p.run_id)).is_empty()
+        || !crate::git::refs_under(&p.worktree, &crate::worktree::refs_prefix(&p.run_id)).is_empty();
+    if held {
+        return Err(format!(
+            "it keeps unintegrated task work (`harness clean {}` says what; `--force` removes it, then prune)",
+            p.run_id
+        ));
     }
     // The supervisor lock: held by a supervisor of this run, or taken here so none starts.
     let lock_path = p.runstate_dir.join(format!("{}.supervisor.lock", p.slug));

@@ -5,7 +5,7 @@
 
 use crate::home::{self, Home};
 use crate::ids::{RunId, Slug};
-use crate::journal::{self, Journal, Record, RunEvent};
+use crate::journal::{self, Journal, Record};
 use crate::plan::Plan;
 use crate::registry::{self, Plane, Pointer};
 use std::path::Path;
@@ -88,7 +88,8 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     let pointer = registry::register(home, &reg).map_err(|e| RunError::Failed(e.to_string()))?;
     let j = Journal::open(&pointer.journal_path()).map_err(|e| RunError::Failed(e.to_string()))?;
     let mode = if l.supervised { "supervised" } else { "batch" };
-    j.append(&Record::run(RunEvent::Started, "runner", Some(format!("{mode} run of {}", l.plan_path.display()))))
+    let detail = Some(format!("{mode} run of {}", l.plan_path.display()));
+    j.append(&Record::started("runner", detail, pointer.branch.clone(), crate::git::head(&worktree).ok()))
         .map_err(|e| RunError::Failed(e.to_string()))?;
     // The Overview's row of the new run, before any API asks for it.
     crate::summary::refresh(home, &pointer, &mut Default::default());

@@ -7,10 +7,38 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// The usage folds of many logs, each carried on while its log only grows (same inode, not shorter).
+/// Which file a fold was read from: its inode and its first bytes. A log replaced by another file
+/// (a re-run over a removed one: the inode number may well be reused) or cut is folded afresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMark {
+    ino: u64,
+    /// Length and hash of the first bytes (up to `HEAD`) seen at the first look.
+    head: (u64, u64),
+}
+
+/// How many of a log's first bytes its mark holds.
+const HEAD: u64 = 4096;
+
+impl FileMark {
+    fn of(log: &Path, meta: &std::fs::Metadata, known: Option<&FileMark>) -> FileMark {
+        // A mark taken while the file was shorter than HEAD keeps the length it had then.
+        let len = known.map_or(meta.len().min(HEAD), |k| k.head.0);
+        FileMark { ino: meta.ino(), head: (len, head_hash(log, len)) }
+    }
+}
+
+fn head_hash(log: &Path, len: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let buf = crate::tail::read_from(log, 0, Some(len));
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    buf.hash(&mut h);
+    h.finish()
+}
+
+/// The usage folds of many logs, each carried on while its log only grows (same file, not shorter).
 #[derive(Default)]
 pub struct LogTallies {
-    folds: HashMap<PathBuf, (u64, Tally)>,
+    folds: HashMap<PathBuf, (FileMark, Tally)>,
 }
 
 impl LogTallies {
@@ -24,18 +52,22 @@ impl LogTallies {
     }
 }
 
-/// Carries `known` (a log's inode and fold) on to the log's current end, or starts afresh when the
-/// log was replaced or shortened: the fold to keep, and the usage. Callers that share folds between
-/// threads hold no lock while this reads.
-pub fn carry_on(known: Option<(u64, Tally)>, adapter: Adapter, log: &Path) -> (Option<(u64, Tally)>, Usage) {
+/// Carries `known` (a log's mark and fold) on to the log's current end, or starts afresh when the
+/// log was replaced (another inode, or other first bytes) or shortened: the fold to keep, and the
+/// usage. Callers that share folds between threads hold no lock while this reads.
+pub fn carry_on(known: Option<(FileMark, Tally)>, adapter: Adapter, log: &Path) -> (Option<(FileMark, Tally)>, Usage) {
     let Ok(meta) = std::fs::metadata(log) else { return (None, Tally::new(adapter).usage()) };
-    let tally = match known {
-        Some((ino, t)) if ino == meta.ino() && t.offset <= meta.len() => t,
-        _ => Tally::new(adapter),
+    let (mark, tally) = match known {
+        Some((mark, t)) if t.offset <= meta.len() && mark.ino == meta.ino() => {
+            // Same inode: the same file only when its first bytes are too (looked at when it grew).
+            let same = t.offset == meta.len() || (mark.head.0 > 0 && FileMark::of(log, &meta, Some(&mark)) == mark);
+            if same && mark.head.0 > 0 { (mark, t) } else { (FileMark::of(log, &meta, None), Tally::new(adapter)) }
+        }
+        _ => (FileMark::of(log, &meta, None), Tally::new(adapter)),
     };
     let tally = advance(tally, log, meta.len());
     let usage = tally.usage();
-    (Some((meta.ino(), tally)), usage)
+    (Some((mark, tally)), usage)
 }
 
 fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
@@ -121,4 +153,38 @@ pub fn crossed(run: (&Usage, Option<f64>), tasks: &[(crate::ids::TaskId, &Usage,
     tasks
         .iter()
         .find_map(|(t, u, b)| reached(u, *b).map(|(spent, budget)| Crossed { task: Some(t.clone()), spent, budget }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(session: &str, total: f64) -> String {
+        serde_json::json!({"type":"result","session_id":session,"total_cost_usd":total,
+            "usage":{"input_tokens":10,"output_tokens":1}})
+        .to_string()
+            + "\n"
+    }
+
+    #[test]
+    fn a_log_rewritten_in_place_is_folded_afresh_not_carried_on() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("t.log");
+        std::fs::write(&log, result("old-session", 5.0)).unwrap();
+        let mut tallies = LogTallies::default();
+        assert_eq!(tallies.usage(Adapter::Claude, &log).cost_usd, Some(5.0));
+        // The same inode, new content that is longer than what was folded: a new run's log.
+        let ino = std::fs::metadata(&log).unwrap().ino();
+        let new = result("new-session", 0.25) + &result("new-session", 0.5);
+        std::fs::write(&log, &new).unwrap();
+        assert_eq!(std::fs::metadata(&log).unwrap().ino(), ino, "rewritten in place");
+        assert_eq!(tallies.usage(Adapter::Claude, &log).cost_usd, Some(0.5), "the old tally was carried on");
+        // Growing on is still read incrementally from where it stopped.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, result("new-session", 0.75).as_bytes()))
+            .unwrap();
+        assert_eq!(tallies.usage(Adapter::Claude, &log).cost_usd, Some(0.75));
+    }
 }

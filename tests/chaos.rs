@@ -33,10 +33,20 @@ impl Rng {
     }
 }
 
-/// Task `i`'s prompt: it writes `own/Tii.txt`, and the first two of each wave also the wave's file.
+/// Task `i`'s prompt: it writes `own/Tii.txt`, and the first two of each wave also the wave's file;
+/// every other task also commits a file of its own itself (`own/Tii-self.txt`), as an agent told to
+/// commit its work does.
 fn prompt(i: usize) -> String {
     let shared = if i % 5 < 2 { format!(" [fake-write:shared/wave{}.txt]", i / 5 + 1) } else { String::new() };
-    format!("task {i} [fake-write:own/T{i:02}.txt]{shared}")
+    let own_commit = if i.is_multiple_of(2) { format!(" [fake-commit:own/T{i:02}-self.txt]") } else { String::new() };
+    format!("task {i} [fake-write:own/T{i:02}.txt]{shared}{own_commit}")
+}
+
+/// The operator's steer of halted task `i`: do the work again; after a conflict its redo starts
+/// with its earlier attempt applied, the wave's file between git's markers, which it resolves.
+fn redo(i: usize) -> String {
+    let resolve = if i % 5 < 2 { format!(" [fake-resolve:shared/wave{}.txt]", i / 5 + 1) } else { String::new() };
+    format!("continue:{resolve} {}", prompt(i))
 }
 
 fn plan() -> String {
@@ -98,7 +108,7 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
                 if !pending {
                     // Redo the task's work (after a conflict its fresh worktree starts from the tip).
                     let i: usize = t[1..].parse().unwrap();
-                    let msg = format!("continue: {}", prompt(i));
+                    let msg = redo(i);
                     // The supervisor may end (the run finished) between the look and the steer.
                     let req = serde_json::json!({"verb":"steer","task":t,"msg":msg,"by":"chaos"});
                     let Ok(r) = try_control(&sock, &req) else { break };
@@ -184,6 +194,17 @@ fn check_invariants(b: &Bench, run_id: &str, api: &ApiProc, seed: u64) {
         assert!(
             files.lines().any(|f| f == format!("own/{t}.txt")),
             "seed {seed}: {t}'s commit lacks its own file: {files}"
+        );
+        // What the agent committed itself is in the task's one commit too.
+        if i % 2 == 0 {
+            assert!(
+                files.lines().any(|f| f == format!("own/{t}-self.txt")),
+                "seed {seed}: {t}'s commit lacks the file its agent committed: {files}"
+            );
+        }
+        assert!(
+            !harness::git::run(&b.repo(), &["show", &sha]).unwrap().contains("<<<<<<<"),
+            "seed {seed}: {t}: markers"
         );
     }
     // No task worktree or task branch outlives the run.

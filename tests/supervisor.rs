@@ -25,9 +25,9 @@ fn batch_run_commits_every_task_once_in_wave_order() {
     let b = Bench::new();
     let p = b.plan(
         r#"{"v":"plan/v1","slug":"batch","max_parallel":2,"tasks":[
-        {"id":"A","wave":1,"adapter":"claude","prompt":"do A","gate":"test -e .git"},
-        {"id":"B","wave":1,"adapter":"cursor","prompt":"do B"},
-        {"id":"C","wave":2,"adapter":"claude","prompt":"do C"}]}"#,
+        {"id":"A","wave":1,"adapter":"claude","prompt":"do A [fake-write:A.txt]","gate":"test -e .git"},
+        {"id":"B","wave":1,"adapter":"cursor","prompt":"do B [fake-write:B.txt]"},
+        {"id":"C","wave":2,"adapter":"claude","prompt":"do C [fake-write:C.txt]"}]}"#,
     );
     let out = b.harness("success").arg("run").arg(&p).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -160,7 +160,7 @@ fn kill_journals_a_halt_and_leaves_no_process_in_the_group() {
 #[test]
 fn steer_resumes_the_same_session_with_the_message_and_reruns_the_gate() {
     let b = Bench::new();
-    let plan = r#"{"v":"plan/v1","slug":"steer","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A","gate":"true"},
+    let plan = r#"{"v":"plan/v1","slug":"steer","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A [fake-write:A.txt]","gate":"true"},
                   {"id":"Z","wave":2,"adapter":"claude","prompt":"later"}]}"#;
     // First turn hangs; kill-then-steer redirects it; the resumed turn succeeds.
     let mut sup = b.start_supervised(plan, "hang,success", &[]);
@@ -280,13 +280,13 @@ fn interrupting_steer_kills_the_turn_then_resumes() {
 fn supervisor_sigkill_mid_wave_then_restart_commits_every_task_exactly_once() {
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"crash","max_parallel":2,"tasks":[
-        {"id":"A1","wave":1,"adapter":"claude","prompt":"a1"},{"id":"A2","wave":1,"adapter":"claude","prompt":"a2"},
-        {"id":"B1","wave":2,"adapter":"claude","prompt":"b1"},{"id":"B2","wave":2,"adapter":"claude","prompt":"b2"},
-        {"id":"C1","wave":3,"adapter":"claude","prompt":"c1"}]}"#;
+        {"id":"A1","wave":1,"adapter":"claude","prompt":"a1 [fake-write:a1.txt]"},{"id":"A2","wave":1,"adapter":"claude","prompt":"a2 [fake-write:a2.txt]"},
+        {"id":"B1","wave":2,"adapter":"claude","prompt":"b1 [fake-write:b1.txt]"},{"id":"B2","wave":2,"adapter":"claude","prompt":"b2 [fake-write:b2.txt]"},
+        {"id":"C1","wave":3,"adapter":"claude","prompt":"c1 [fake-write:c1.txt]"}]}"#;
     let mut sup = b.start_supervised(plan, "success,success,slow", &[]);
     b.wait_state("B1", "leased", T);
     // A queued steer must survive the crash.
-    let r = control(&b.sock(), &json!({"verb":"steer","task":"B1","msg":"remember the steer"}));
+    let r = control(&b.sock(), &json!({"verb":"steer","task":"B1","msg":"remember the steer [fake-write:b1.txt]"}));
     assert_eq!(r["ok"], true);
     sup.child.kill().unwrap();
     sup.child.wait().unwrap();
@@ -308,7 +308,13 @@ fn supervisor_sigkill_mid_wave_then_restart_commits_every_task_exactly_once() {
     assert!(steers.iter().any(|s| s["outcome"] == "applied"), "queued steer not applied: {steers:?}");
     assert!(b.view()["pending_steers"].as_array().unwrap().is_empty());
     let recs = b.records();
-    assert!(recs.iter().any(|r| r["argv"].as_array().unwrap().iter().any(|a| a == "remember the steer")));
+    assert!(
+        recs.iter().any(|r| r["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().contains("remember the steer")))
+    );
     // No process of this run is left.
     assert!(
         wait_for(Duration::from_secs(5), || processes_with_home(&b.home()).is_empty().then_some(())).is_some(),
@@ -320,7 +326,7 @@ fn supervisor_sigkill_mid_wave_then_restart_commits_every_task_exactly_once() {
 #[test]
 fn commit_without_its_record_gets_the_record_not_a_second_commit() {
     let b = Bench::new();
-    let p = b.plan(r#"{"v":"plan/v1","slug":"rec","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"}]}"#);
+    let p = b.plan(r#"{"v":"plan/v1","slug":"rec","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x [fake-write:x.txt]"}]}"#);
     assert!(b.harness("success").arg("run").arg(&p).output().unwrap().status.success());
     // Simulate a crash between the commit and its journal record: drop the last two lines
     // (committed, run finished).
@@ -459,7 +465,7 @@ fn dynwf_and_standalone_runs_journal_identically() {
     // Drift guard: the same plan, run standalone by the supervisor and "by a DynWF driver" through
     // the CLI, yields records of the same shapes, read by the same durable code.
     let b = Bench::new();
-    let p = b.plan(r#"{"v":"plan/v1","slug":"drift","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"}]}"#);
+    let p = b.plan(r#"{"v":"plan/v1","slug":"drift","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x [fake-write:x.txt]"}]}"#);
     assert!(b.harness("success").arg("run").arg(&p).output().unwrap().status.success());
     let standalone = b.journal();
     let home = tempfile::tempdir().unwrap();

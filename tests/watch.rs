@@ -166,3 +166,41 @@ fn watchers_end_when_the_api_is_told_to_stop() {
     assert_eq!(api.proc.wait_exit(Duration::from_secs(10)), 0);
     assert!(asked.elapsed() < Duration::from_secs(4), "the API took {:?} to stop", asked.elapsed());
 }
+
+#[test]
+fn a_journal_replaced_under_the_watch_is_followed_again_from_its_first_line() {
+    let b = Bench::new();
+    let p =
+        b.plan(r#"{"v":"plan/v1","slug":"replaced","tasks":[{"id":"T","wave":1,"adapter":"claude","prompt":"t"}]}"#);
+    let out = b.harness("success").arg("run").arg(&p).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let api = ApiProc::start(&b.home(), &[]);
+    let mut c = SseConn::open(api.port, "/watch", &[]);
+    assert_eq!(c.status, 200);
+    let (mut got, mut last) = (Vec::new(), None);
+    read(&mut c, &mut got, &mut last, Instant::now() + Duration::from_millis(1500));
+    let before = last.clone().expect("an id");
+    let journal = b.repo().join("runstate/replaced.jsonl");
+    assert_eq!(got.len(), json_lines(&journal).len(), "the catch-up holds the whole journal");
+    // The journal is replaced by a shorter one (a run again over removed files): two new records.
+    let new = [
+        json!({"v":"runstate/v1","ts":"2026-12-02T10:00:00.000Z","kind":"run","event":"started","by":"runner"}),
+        json!({"v":"runstate/v1","ts":"2026-12-02T10:00:01.000Z","kind":"task","task":"T","state":"leased","attempt":1}),
+    ];
+    let tmp = journal.with_extension("tmp");
+    std::fs::write(&tmp, new.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    std::fs::rename(&tmp, &journal).unwrap();
+    let mut after = Vec::new();
+    read(&mut c, &mut after, &mut last, Instant::now() + Duration::from_secs(5));
+    let lines: Vec<u64> = after.iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![1, 2], "the new journal's lines, from its first: {after:?}");
+    assert_eq!(after[1]["record"]["state"], "leased");
+    // A client resuming with a cursor from before the replacement gets the new lines too.
+    drop(c);
+    let mut c = SseConn::open(api.port, "/watch", &[("Last-Event-ID", &before)]);
+    assert_eq!(c.status, 200);
+    let mut resumed = Vec::new();
+    read(&mut c, &mut resumed, &mut last, Instant::now() + Duration::from_secs(3));
+    let lines: Vec<u64> = resumed.iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![1, 2], "{resumed:?}");
+}

@@ -118,11 +118,12 @@ fn two_tasks_creating_the_same_file_one_commits_the_other_halts_naming_it_and_a_
     let (code, _, err) = cli(&b.home(), &["clean", &b.run_id()]);
     assert_eq!(code, 1, "clean is refused while the supervisor is live");
     assert!(err.contains("is live"), "{err}");
-    // A steer redoes it in a fresh worktree at the current tip: the agent sees the first version.
+    // A steer redoes it in a fresh worktree at the current tip with its earlier attempt applied:
+    // the agent sees both versions between git's conflict markers, and resolves them.
     let sock = b.sock();
     let r = control(
         &sock,
-        &serde_json::json!({"verb":"steer","task":second,"msg":"add yours below [fake-write:shared.txt]"}),
+        &serde_json::json!({"verb":"steer","task":second,"msg":"keep both [fake-resolve:shared.txt] [fake-write:shared.txt]"}),
     );
     assert_eq!(r["ok"], true, "{r}");
     b.wait_state(second, "committed", T);
@@ -287,7 +288,7 @@ fn a_stale_lock_left_by_a_killed_git_does_not_block_removing_a_task_branch() {
     let repo = dir.path().join("repo");
     git_repo(&repo);
     let wt = dir.path().join("wt");
-    harness::git::worktree_add(&repo, &wt, "harness/r/T", "HEAD").unwrap();
+    harness::git::worktree_add(&repo, &wt, "harness/r/T", "HEAD", harness::git::Hooks::Off).unwrap();
     // What a git killed while deleting a ref leaves: packed-refs.lock (deleting any ref takes it),
     // here 10 s old, and the branch's own lock.
     let lock = repo.join(".git/packed-refs.lock");
@@ -298,13 +299,13 @@ fn a_stale_lock_left_by_a_killed_git_does_not_block_removing_a_task_branch() {
     assert!(!wt.exists());
     assert!(harness::git::run(&repo, &["rev-parse", "--verify", "--quiet", "refs/heads/harness/r/T"]).is_err());
     // A fresh lock (a git running now) is waited for until it is 5 s old, not taken at once.
-    harness::git::worktree_add(&repo, &wt, "harness/r/U", "HEAD").unwrap();
+    harness::git::worktree_add(&repo, &wt, "harness/r/U", "HEAD", harness::git::Hooks::Off).unwrap();
     std::fs::write(&lock, "").unwrap();
     let t = Instant::now();
     harness::git::worktree_remove(&repo, &wt, "harness/r/U").unwrap();
     assert!(t.elapsed() >= Duration::from_millis(4500), "took a fresh lock after {:?}", t.elapsed());
     // One kept fresh (a git that holds it) is never taken: after 8 s the error names it.
-    harness::git::worktree_add(&repo, &wt, "harness/r/V", "HEAD").unwrap();
+    harness::git::worktree_add(&repo, &wt, "harness/r/V", "HEAD", harness::git::Hooks::Off).unwrap();
     std::fs::write(&lock, "").unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let toucher = {

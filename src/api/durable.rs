@@ -35,7 +35,7 @@ pub struct Durable {
     /// `GET /runs`.
     pub overview: super::overview::Overview,
     /// Each task log's usage fold, carried on from where it stopped while the log only grows.
-    usage: Mutex<HashMap<std::path::PathBuf, (u64, crate::usage::Tally)>>,
+    usage: Mutex<HashMap<std::path::PathBuf, (crate::spend::FileMark, crate::usage::Tally)>>,
 }
 
 impl Durable {
@@ -233,10 +233,10 @@ fn pruned(home: &Home, run: &RunId) -> Option<String> {
 fn task_state_json(view: &RunView, task: &TaskId) -> Value {
     match view.tasks.get(task) {
         Some(t) => json!({
-            "state": t.state, "rc": t.rc, "detail": t.detail, "sha": t.sha,
+            "state": t.state, "rc": t.rc, "detail": t.detail, "sha": t.sha, "no_changes": t.no_changes,
             "session_id": t.session_id, "attempts": t.attempts, "updated": t.ts,
         }),
-        None => json!({"state": "pending", "rc": null, "detail": null, "sha": null,
+        None => json!({"state": "pending", "rc": null, "detail": null, "sha": null, "no_changes": false,
                        "session_id": null, "attempts": 0, "updated": null}),
     }
 }

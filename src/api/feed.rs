@@ -129,6 +129,9 @@ struct Journal {
     path: PathBuf,
     offset: u64,
     lines: u64,
+    /// The file the offset is into: a journal replaced (another inode) or shorter is read again
+    /// from its first line.
+    ino: u64,
 }
 
 struct State {
@@ -197,9 +200,10 @@ impl Hub {
         let mut journals = BTreeMap::new();
         for (run, path) in registered(&runs_dir) {
             let bytes = std::fs::read(&path).unwrap_or_default();
+            let ino = inode(&path);
             let end = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
             let lines = memchr::memchr_iter(b'\n', &bytes[..end]).count() as u64;
-            journals.insert(run, Journal { path, offset: end as u64, lines });
+            journals.insert(run, Journal { path, offset: end as u64, lines, ino });
         }
         let v: Vector = journals.iter().map(|(r, j)| (r.clone(), j.lines)).collect();
         let cursor =
@@ -217,8 +221,15 @@ impl Hub {
         };
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         for (run, path) in registered {
-            let j = st.journals.entry(run.clone()).or_insert(Journal { path, offset: 0, lines: 0 });
-            let Ok(len) = std::fs::metadata(&j.path).map(|m| m.len()) else { continue };
+            let j = st.journals.entry(run.clone()).or_insert(Journal { path, offset: 0, lines: 0, ino: 0 });
+            let Ok(meta) = std::fs::metadata(&j.path) else { continue };
+            let len = meta.len();
+            if (j.ino != 0 && std::os::unix::fs::MetadataExt::ino(&meta) != j.ino) || len < j.offset {
+                // Replaced (a re-run over a removed journal) or cut: its lines are new from line 1.
+                tracing::info!(RUN_ID = %run, "a journal was replaced: watching it again from its first line");
+                (j.offset, j.lines) = (0, 0);
+            }
+            j.ino = std::os::unix::fs::MetadataExt::ino(&meta);
             if len <= j.offset {
                 continue;
             }
@@ -247,6 +258,10 @@ impl Hub {
             }
         }
     }
+}
+
+fn inode(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0)
 }
 
 /// The registered runs and their journals, parsing only pointers not seen before.
@@ -376,15 +391,17 @@ async fn catch_up_task(hub: Arc<Hub>, present: Vec<(String, PathBuf, u64)>, from
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
     }
-    let behind = present.iter().any(|(r, _, l)| from.get(r).copied().unwrap_or(0) < *l);
+    // A cursor past a journal's end names a journal since replaced: its lines are all new.
+    let had = |r: &String, upto: u64| from.get(r).copied().filter(|&h| h <= upto).unwrap_or(0);
+    let behind = present.iter().any(|(r, _, l)| had(r, *l) < *l);
     if behind {
         // The client's own vector, checkpointed, moves line by line to the present.
         let dir = hub.dir.clone();
-        let start: Vector = present.iter().map(|(r, _, _)| (r.clone(), from.get(r).copied().unwrap_or(0))).collect();
+        let start: Vector = present.iter().map(|(r, _, l)| (r.clone(), had(r, *l))).collect();
         let cursor = tokio::task::spawn_blocking(move || checkpoint(&dir, &start)).await;
         let Ok(Ok(mut cursor)) = cursor else { return };
         for (run, path, upto) in &present {
-            let have = from.get(run).copied().unwrap_or(0);
+            let have = had(run, *upto);
             if have >= *upto {
                 continue;
             }

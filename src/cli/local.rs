@@ -189,7 +189,7 @@ pub(super) fn prune(finished_before: Option<&str>, logs_only: bool, dry_run: boo
     Ok(())
 }
 
-pub(super) fn clean(run: &str) -> Result<(), CliError> {
+pub(super) fn clean(run: &str, force: bool) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;
     let sock = home.socket_path(&p.run_id);
@@ -199,13 +199,20 @@ pub(super) fn clean(run: &str) -> Result<(), CliError> {
             p.run_id, p.run_id
         )));
     }
-    let removed = crate::worktree::clean_run(&home, &p.worktree, &p.run_id)
+    let view = journal::replay(&p.journal_path()).map_err(during(format!("reading run {}'s journal", p.run_id)))?;
+    let committed = |t: &str| {
+        crate::ids::TaskId::parse(t).is_ok_and(|t| view.state_of(&t) == Some(crate::journal::TaskState::Committed))
+    };
+    let cleaned = crate::worktree::clean_run(&home, &p.worktree, &p.run_id, &committed, force)
         .map_err(during(format!("removing run {}'s worktrees", p.run_id)))?;
-    if removed.is_empty() {
+    if cleaned.removed.is_empty() && cleaned.kept.is_empty() {
         out(&format!("run {}: no task worktree or task branch to remove", p.run_id));
     }
-    for r in removed {
+    for r in &cleaned.removed {
         out(&format!("removed {r}"));
+    }
+    for (what, why) in &cleaned.kept {
+        out(&format!("kept {what}: {why}"));
     }
     Ok(())
 }

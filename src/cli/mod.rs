@@ -251,9 +251,16 @@ enum Cmd {
         #[arg(long)]
         url: bool,
     },
-    /// Remove a run's task worktrees and task branches (what its supervisor removes when the run
-    /// ends). Refused while the run's supervisor is live.
-    Clean { run: String },
+    /// Remove a run's task worktrees, task branches and refs (what its supervisor removes when the
+    /// run ends): those of integrated tasks, and those holding no work. What holds a task's
+    /// unintegrated work is kept and listed, unless --force. Refused while the run's supervisor is
+    /// live.
+    Clean {
+        run: String,
+        /// Remove unintegrated task work too (worktrees, branches, kept attempts).
+        #[arg(long)]
+        force: bool,
+    },
     /// Remove finished and failed runs whose last activity is older than an age: their pointer,
     /// summary and runstate files (journal, plan, logs…), or only their logs with --logs-only. Never a
     /// live or paused run, never git. Without --finished-before: $HARNESS_HOME/retention.json.
@@ -624,7 +631,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Budget { run, usd, task, api } => remote::budget(&api.client()?, &run, usd, task),
         Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
         Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
-        Cmd::Clean { run } => local::clean(&run),
+        Cmd::Clean { run, force } => local::clean(&run, force),
         Cmd::Prune { finished_before, logs_only, dry_run, json } => {
             local::prune(finished_before.as_deref(), logs_only, dry_run, json)
         }

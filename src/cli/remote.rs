@@ -158,7 +158,13 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
                 t.detail.as_deref().unwrap_or("")
             ));
             if let Some(w) = &t.worktree {
-                out(&format!("  {:<16} worktree {w}", ""));
+                let kept = !d.live && t.state.as_deref() != Some("committed");
+                let why = if kept {
+                    " (kept: the task's work is not integrated; `harness clean` says what it holds, --force removes it)"
+                } else {
+                    ""
+                };
+                out(&format!("  {:<16} worktree {w}{why}", ""));
             }
         }
     }

@@ -59,6 +59,12 @@ pub struct TaskView {
     pub rc: Option<i32>,
     pub detail: Option<String>,
     pub sha: Option<String>,
+    /// Committed with nothing to commit (its end state was its base).
+    pub no_changes: bool,
+    /// The base of the task's current worktree (its last `leased` that named one).
+    pub base: Option<String>,
+    /// The earlier attempt the current worktree started with.
+    pub carried: Option<super::Carried>,
     pub session_id: Option<String>,
     pub attempts: u32,
     pub logfile: Option<PathBuf>,
@@ -133,6 +139,10 @@ pub struct RunView {
     pub task_budgets: BTreeMap<TaskId, f64>,
     /// Attention marks (stalls), oldest first.
     pub attention: Vec<AttentionView>,
+    /// This run instance's nonce, branch and start commit (its `started` record).
+    pub nonce: Option<String>,
+    pub branch: Option<String>,
+    pub start_sha: Option<String>,
 }
 
 /// An attention mark as the views show it.
@@ -165,6 +175,9 @@ impl Default for RunView {
             budget_usd: None,
             task_budgets: BTreeMap::new(),
             attention: Vec::new(),
+            nonce: None,
+            branch: None,
+            start_sha: None,
         }
     }
 }
@@ -188,6 +201,11 @@ impl RunView {
                 self.pause = (self.status == RunStatus::Paused)
                     .then(|| (r.by.clone().unwrap_or_else(|| "operator".into()), r.detail.clone()));
                 self.resume_at = if self.status == RunStatus::Paused { r.resume_at.clone() } else { None };
+                if r.event == RunEvent::Started && r.nonce.is_some() {
+                    self.nonce = r.nonce.clone();
+                    self.branch = r.branch.clone();
+                    self.start_sha = r.sha.clone();
+                }
             }
             Body::Task(t) => {
                 let prev = self.tasks.get(&t.task).map(|v| v.state);
@@ -203,6 +221,9 @@ impl RunView {
                     rc: None,
                     detail: None,
                     sha: None,
+                    no_changes: false,
+                    base: None,
+                    carried: None,
                     session_id: None,
                     attempts: 0,
                     logfile: None,
@@ -215,6 +236,17 @@ impl RunView {
                 entry.detail = t.detail.clone();
                 if t.sha.is_some() {
                     entry.sha = t.sha.clone();
+                }
+                entry.no_changes = t.state == TaskState::Committed && t.no_changes == Some(true);
+                if t.base.is_some() {
+                    // A new base is a new worktree: what was carried into the old one is history.
+                    if t.base != entry.base {
+                        entry.carried = None;
+                    }
+                    entry.base = t.base.clone();
+                }
+                if t.carried.is_some() {
+                    entry.carried = t.carried.clone();
                 }
                 if t.session_id.is_some() {
                     entry.session_id = t.session_id.clone();

@@ -36,6 +36,8 @@ pub fn reconcile(
     let mut in_flight = Vec::new();
     for (task, t) in &view.tasks {
         match t.state {
+            // Nothing was committed: there is no commit to look for.
+            TaskState::Committed if t.no_changes => {}
             TaskState::Committed => {
                 let sha = t.sha.clone().unwrap_or_default();
                 if !commit_exists(&sha) {

@@ -258,9 +258,20 @@ pub struct RunRecord {
     pub by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// A pause by `rate_limit`: when the supervisor resumes by itself (RFC 3339; added).
+    /// A pause by `rate_limit`: when the supervisor resumes by itself (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_at: Option<String>,
+    /// On `started`: this run instance's nonce, carried by its task commits (`Harness-Nonce`), so
+    /// recovery never adopts a commit of an earlier instance of the same runId.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+    /// On `started`: the branch the run integrates onto (pinned: a task integrating while the run's
+    /// worktree has another one checked out halts), absent on a detached HEAD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// On `started`: the run's start commit; its own commits are found above it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -273,9 +284,20 @@ pub struct TaskRecord {
     /// Why (required on `halted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// Commit sha (required on `committed`).
+    /// Commit sha (required on `committed`, unless `no_changes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha: Option<String>,
+    /// On `committed`: the task's end state equals its base (or the tip), so nothing was committed;
+    /// also a verdict seat's record (it never commits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_changes: Option<bool>,
+    /// On `leased`: the commit the task's worktree started from; the task's change is everything
+    /// between it and the turn's end state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// On `leased`: the earlier attempt this redo starts with, applied to the new base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Carried>,
     /// The engine session this turn ran in, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
@@ -288,6 +310,15 @@ pub struct TaskRecord {
     /// Paths the turn changed (on `implemented`, from the status line): what the commit takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<Vec<String>>,
+}
+
+/// An earlier attempt carried into a redo: its commit (kept at `refs/harness/<runId>/<task>/attempt-N`)
+/// and the paths that conflicted with the new base (left with git's conflict markers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carried {
+    pub sha: String,
+    #[serde(default)]
+    pub conflicts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -318,7 +349,25 @@ impl Record {
         Record { v: VERSION.to_string(), ts: now_rfc3339(), body }
     }
     pub fn run(event: RunEvent, by: &str, detail: Option<String>) -> Record {
-        Record::new(Body::Run(RunRecord { event, by: Some(by.to_string()), detail, resume_at: None }))
+        Record::new(Body::Run(RunRecord {
+            event,
+            by: Some(by.to_string()),
+            detail,
+            resume_at: None,
+            nonce: None,
+            branch: None,
+            sha: None,
+        }))
+    }
+    /// A run instance's `started` record: a fresh nonce, and the branch and commit it starts from.
+    pub fn started(by: &str, detail: Option<String>, branch: Option<String>, sha: Option<String>) -> Record {
+        let mut rec = Record::run(RunEvent::Started, by, detail);
+        if let Body::Run(r) = &mut rec.body {
+            r.nonce = Some(uuid::Uuid::new_v4().simple().to_string());
+            r.branch = branch;
+            r.sha = sha;
+        }
+        rec
     }
     /// A `refused` control record: what was asked, by whom, and why it was not done.
     pub fn refused(verb: Verb, task: Option<TaskId>, by: &str, detail: impl Into<String>) -> ControlRecord {
@@ -345,6 +394,9 @@ impl Record {
             rc: None,
             detail: None,
             sha: None,
+            no_changes: None,
+            base: None,
+            carried: None,
             session_id: None,
             attempt: None,
             logfile: None,
@@ -384,7 +436,12 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
             match t.state {
                 TaskState::Halted if t.rc.is_none() => Err(missing("rc")),
                 TaskState::Halted if t.detail.as_deref().unwrap_or("").is_empty() => Err(missing("detail")),
-                TaskState::Committed if t.sha.as_deref().unwrap_or("").is_empty() => Err(missing("sha")),
+                TaskState::Committed if t.no_changes == Some(true) && t.sha.is_some() => {
+                    Err(JournalError::Invalid(format!("task {}: a no_changes commit has no sha", t.task)))
+                }
+                TaskState::Committed if t.no_changes != Some(true) && t.sha.as_deref().unwrap_or("").is_empty() => {
+                    Err(missing("sha"))
+                }
                 _ => Ok(()),
             }
         }

@@ -161,7 +161,7 @@ pub fn bind_socket(home: &Home, run: &RunId) -> Result<std::os::unix::net::UnixL
 /// so no other supervisor of it is alive. Never fails the call.
 async fn finish_run_end(home: &Home, run_id: &RunId, pointer: &registry::Pointer, view: &RunView) {
     if home.worktrees_dir(run_id).exists() {
-        remove_task_worktrees(home, run_id, &pointer.worktree).await;
+        remove_task_worktrees(home, run_id, &pointer.worktree, view).await;
     }
     // Its dead pids (the supervisor's and any task's) leave the liveness record.
     let _ = liveness::reap(&pointer.liveness_path(), run_id, view);
@@ -173,15 +173,27 @@ async fn finish_run_end(home: &Home, run_id: &RunId, pointer: &registry::Pointer
     }
 }
 
-/// The run is over: no task worktree or task branch outlives it (never failing the caller).
-async fn remove_task_worktrees(home: &Home, run_id: &RunId, run_wt: &Path) {
+/// The run is over: no task worktree, task branch or ref of an integrated task outlives it; a task
+/// the journal does not call integrated keeps what holds its work (never failing the caller).
+async fn remove_task_worktrees(home: &Home, run_id: &RunId, run_wt: &Path, view: &RunView) {
     let (h, r, w) = (home.clone(), run_id.clone(), run_wt.to_path_buf());
-    match tokio::task::spawn_blocking(move || crate::worktree::clean_run(&h, &w, &r)).await {
-        Ok(Ok(removed)) if !removed.is_empty() => {
-            tracing::info!(RUN_ID = %run_id, removed = removed.len(), "task worktrees and branches removed");
+    let committed: std::collections::HashSet<String> =
+        view.tasks.iter().filter(|(_, t)| t.state == TaskState::Committed).map(|(id, _)| id.to_string()).collect();
+    let cleaned = tokio::task::spawn_blocking(move || {
+        crate::worktree::clean_run(&h, &w, &r, &|t: &str| committed.contains(t), false)
+    })
+    .await;
+    match cleaned {
+        Ok(Ok(c)) => {
+            if !c.removed.is_empty() {
+                tracing::info!(RUN_ID = %run_id, removed = c.removed.len(), "task worktrees and branches removed");
+            }
+            for (what, why) in &c.kept {
+                tracing::warn!(RUN_ID = %run_id, kept = %what, "kept: {why}");
+            }
         }
         Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "cannot remove the run's task worktrees"),
-        _ => {}
+        Err(_) => {}
     }
 }
 
@@ -243,10 +255,12 @@ pub async fn supervise(
             return Ok(Ending::AlreadyOver(format!("run {run_id} is already {}", view.status)));
         }
         RunStatus::Pending => {
-            journal.append(&Record::run(RunEvent::Started, "supervisor", None))?;
+            let sha = crate::git::head(&pointer.worktree).ok();
+            journal.append(&Record::started("supervisor", None, crate::git::branch(&pointer.worktree), sha))?;
         }
         _ => {}
     }
+    let view = journal.view()?;
     let wrappers = crate::wrapper::wrappers_dir().map_err(SupervisorError::Wrappers)?;
     kill::become_subreaper();
 
@@ -259,6 +273,8 @@ pub async fn supervise(
         listener.as_ref().and_then(|l| l.local_addr().ok()).and_then(|a| a.as_pathname().map(PathBuf::from));
     let liveness_path = (!opts.batch).then(|| pointer.liveness_path());
     let plan_isolation = plan.isolation();
+    let plan_hooks = plan.git_hooks == Some(true);
+    let pointer_branch = pointer.branch.clone();
     // Notifications beside the scheduler, from the first record this supervisor sees.
     let notifier = notifier::spawn(
         home.root.clone(),
@@ -268,6 +284,7 @@ pub async fn supervise(
     );
     let keeper = keeper::spawn(home.clone(), pointer.clone());
     let run_wt = pointer.worktree.clone();
+    let journal_path = pointer.journal_path();
     let ctx = Arc::new(Ctx {
         run_id: run_id.clone(),
         pointer,
@@ -284,6 +301,11 @@ pub async fn supervise(
         running: std::sync::Mutex::new(HashMap::new()),
         approvals: std::sync::Mutex::new(HashMap::new()),
         socket: sock_path.clone(),
+        nonce: view.nonce.clone(),
+        // A run journaled before its branch was pinned: the branch its pointer recorded.
+        branch: if view.nonce.is_some() { view.branch.clone() } else { pointer_branch },
+        start_sha: view.start_sha.clone(),
+        hooks: if plan_hooks { crate::git::Hooks::Repo } else { crate::git::Hooks::Off },
     });
     let mut s = Scheduler {
         paused: view.status == RunStatus::Paused,
@@ -310,7 +332,8 @@ pub async fn supervise(
     let _ = keeper.stop.send(true);
     let _ = keeper.task.await;
     if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
-        remove_task_worktrees(&home, &run_id, &run_wt).await;
+        let view = journal::replay(&journal_path).unwrap_or_default();
+        remove_task_worktrees(&home, &run_id, &run_wt, &view).await;
         // The home's retention setting, applied as each run ends (never failing it).
         let h = home.clone();
         let pruned = tokio::task::spawn_blocking(move || match crate::prune::retention(&h) {

@@ -12,7 +12,7 @@ use crate::journal::{Journal, Record, TaskRecord, TaskState};
 use crate::liveness::{self, LiveState, TaskLiveness};
 use crate::plan::{Isolation, Plan, Task};
 use crate::registry::Pointer;
-use crate::worktree::{self, Prepared, TaskTree};
+use crate::worktree::{self, TaskTree};
 use crate::wrapper;
 use crate::{exit, timeouts};
 use std::collections::HashMap;
@@ -46,6 +46,14 @@ pub(crate) struct Ctx {
     pub approvals: Mutex<HashMap<String, super::approvals::Held>>,
     /// The control socket (`None` in batch mode: nobody can be asked then).
     pub socket: Option<PathBuf>,
+    /// This run instance's nonce (its `started` record; `None` for a run journaled before nonces):
+    /// its task commits carry it, and only commits carrying it are adopted.
+    pub nonce: Option<String>,
+    /// The branch the run integrates onto (`None`: a detached HEAD) and its start commit.
+    pub branch: Option<String>,
+    pub start_sha: Option<String>,
+    /// Whether the repository's hooks run for the tasks' commits and worktrees (plan `git_hooks`).
+    pub hooks: crate::git::Hooks,
 }
 
 /// A task's pipeline as the kill verb sees it.
@@ -351,7 +359,7 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
                 if task.review { Start::Review } else { Start::Commit }
             }
             Start::Review => {
-                review(ctx, task, current, files.as_deref().unwrap_or(&[]), session.clone()).await?;
+                review(ctx, task, current, session.clone()).await?;
                 ctx.check_steered(id)?;
                 Start::Commit
             }
@@ -360,11 +368,10 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
                     Some(f) => f,
                     None => blocking(|| crate::git::changed_files(&ctx.cwd(id))),
                 };
-                commit(ctx, task, current, &files, session.clone()).await?;
-                if ctx.isolation == Isolation::Shared {
-                    return Ok(());
+                match commit(ctx, task, current, &files, session.clone()).await? {
+                    Committed::Done => return Ok(()),
+                    Committed::InWorktree => Start::Integrate,
                 }
-                Start::Integrate
             }
             Start::Integrate => return integrate(ctx, task, session).await,
         }
@@ -387,18 +394,43 @@ async fn turn(
     if let Some(d) = logfile.parent() {
         let _ = std::fs::create_dir_all(d);
     }
+    let known_session = resume.clone().or_else(|| assigned.clone());
+    // The worktree is made ready first: its base (and an earlier attempt carried into it) goes on
+    // the `leased` record. A failure is journaled as the turn's halt.
+    let prepared = workspace(ctx, task).await;
     let mut leased = Record::task(id, TaskState::Leased);
     leased.attempt = Some(attempt);
-    leased.session_id = resume.clone().or_else(|| assigned.clone());
+    leased.session_id = known_session.clone();
     leased.logfile = Some(logfile.clone());
     leased.detail = note;
+    if let Ok(p) = &prepared {
+        leased.base = Some(p.base.clone());
+        leased.carried = p.carried.as_ref().map(|(sha, conflicts)| crate::journal::Carried {
+            sha: sha.clone(),
+            conflicts: conflicts.iter().map(|c| conflict_path(c).to_string()).collect(),
+        });
+    }
     ctx.append(leased)?;
-    let known_session = resume.clone().or_else(|| assigned.clone());
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => return Err(ctx.halt(id, 1, e, known_session)),
+    };
+    ctx.check_killed(id, known_session.clone())?;
+    let cwd = ctx.cwd(id);
+    if prepared.fresh
+        && let (Some(setup), Some(_)) = (&ctx.plan.setup, ctx.tree(id))
+    {
+        run_setup(ctx, task, setup, &cwd, known_session.clone()).await?;
+    }
+    let prompt = match &prepared.carried {
+        Some((sha, conflicts)) => carried_prompt(sha, conflicts, prompt),
+        None => prompt.to_string(),
+    };
+    let prompt = prompt.as_str();
     let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.txt"), &known_session)?;
     if let Err(e) = std::fs::write(&prompt_file, prompt) {
         return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), known_session));
     }
-    let cwd = workspace(ctx, task, known_session.clone()).await?;
     let live = ctx.plan.is_live(task);
     let fifo = if live {
         match super::live::make_fifo(&ctx.pointer.runstate_dir, ctx.pointer.slug.as_str(), id) {
@@ -619,10 +651,14 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
     ctx.append(gated)
 }
 
-async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
+async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -> Step<()> {
     let id = &task.id;
     let cwd = ctx.cwd(id);
-    let diff = blocking(|| crate::git::review_diff(&cwd, files));
+    let base = match blocking(|| base_of(ctx, id, &cwd)) {
+        Ok(b) => b,
+        Err(e) => return Err(ctx.halt(id, 1, format!("review: cannot tell the task's base: {e}"), session)),
+    };
+    let diff = blocking(|| crate::git::review_diff(&cwd, &base));
     let prompt = format!(
         "You are the review seat for task {id} of run {}.\n\nThe task was:\n{}\n\nThe change:\n{diff}\n\n\
          Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
@@ -664,116 +700,256 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     ctx.append(r)
 }
 
-/// Commits the task's files where it worked, exactly once: a commit of this run's task that already
-/// exists (made by a supervisor that died before journaling it) is adopted, never made again. With
-/// `isolation: shared` the commit is on the run's branch and the task is `committed`; in a worktree
-/// it is on the task branch, and `integrate` follows.
-async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<()> {
+/// The path of a conflict as `git::carry` describes it (`shared.txt (both added), against …`).
+fn conflict_path(c: &str) -> &str {
+    c.split_once(" (").map_or(c, |(p, _)| p)
+}
+
+/// The prompt of a redo that starts with its earlier attempt applied.
+fn carried_prompt(sha: &str, conflicts: &[String], prompt: &str) -> String {
+    let mut s = format!(
+        "Your earlier attempt at this task (commit {}) could not be integrated: the run's branch had moved. \
+         This worktree now starts at the current tip with your earlier change applied as uncommitted changes",
+        crate::git::short(sha)
+    );
+    if conflicts.is_empty() {
+        s.push_str(" (it applied cleanly).");
+    } else {
+        s.push_str(". These paths conflict and hold git's conflict markers: resolve each (keep what both sides need), and leave no marker:\n");
+        for c in conflicts {
+            s.push_str(&format!("- {c}\n"));
+        }
+    }
+    s.push_str("\n\n");
+    s.push_str(prompt);
+    s
+}
+
+/// How a commit step ended.
+pub(crate) enum Committed {
+    /// `committed` is journaled (on the run's branch with `isolation: shared`, or nothing to commit).
+    Done,
+    /// The task's commit is in its worktree: integration follows.
+    InWorktree,
+}
+
+/// The task's base, as its last `leased` record says (a task of a run journaled before bases were
+/// recorded: where its worktree left the run's branch).
+fn base_of(ctx: &Ctx, id: &TaskId, cwd: &Path) -> Result<String, String> {
+    let view = blocking(|| ctx.journal.view()).map_err(|e| e.to_string())?;
+    if let Some(b) = view.tasks.get(id).and_then(|t| t.base.clone()) {
+        return Ok(b);
+    }
+    let run_tip = crate::git::head(&ctx.pointer.worktree).map_err(|e| e.to_string())?;
+    crate::git::run(cwd, &["merge-base", "HEAD", &run_tip]).map(|s| s.trim().to_string()).map_err(|e| e.to_string())
+}
+
+/// Commits the task's change where it worked, exactly once: a commit of this run instance's task
+/// above its base that already exists (made by a supervisor that died before journaling it) is
+/// adopted, never made again. The change is everything between the task's base and its end state
+/// (`git::squash`). A verdict seat never commits, and an end state equal to the base commits nothing
+/// (`committed` with `no_changes`). With `isolation: shared` the commit is on the run's branch and
+/// the task is `committed`; in a worktree it is on the task branch, kept as the attempt's ref, and
+/// `integrate` follows.
+async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<Committed> {
     let id = &task.id;
+    if task.adapter.is_verdict_seat() {
+        let mut r = Record::task(id, TaskState::Committed);
+        r.no_changes = Some(true);
+        r.detail = Some("verdict seat: a review never commits".into());
+        ctx.append(r)?;
+        remove_worktree(ctx, id).await;
+        return Ok(Committed::Done);
+    }
     let shared = ctx.isolation == Isolation::Shared;
     // Commits in the run's worktree are serialized; each task worktree has its own index.
     let _serial = if shared { Some(ctx.commit_lock.lock().await) } else { None };
     ctx.check_killed(id, session.clone())?;
     let subject = format!("{id}: {}", first_line(&task.prompt));
     let wt = ctx.cwd(id);
-    let (run, tid, fl) = (ctx.run_id.to_string(), id.to_string(), files.to_vec());
+    if !wt.is_dir() {
+        // Only a lost record or a user's `rm` gets here: the run end removes a worktree after its
+        // task's `committed` record. A turn that reported nothing had nothing to lose.
+        if files.is_empty() {
+            let mut r = Record::task(id, TaskState::Committed);
+            r.no_changes = Some(true);
+            r.detail = Some(
+                "no changes: the task's worktree is gone and its turn reported no files; nothing was committed".into(),
+            );
+            ctx.append(r)?;
+            return Ok(Committed::Done);
+        }
+        let detail = format!(
+            "commit failed: the task's worktree {} is gone, and with it the turn's changes to {}; nothing was committed (`harness steer` redoes the task)",
+            wt.display(),
+            files.join(", ")
+        );
+        return Err(ctx.halt(id, 1, detail, session));
+    }
+    let base = match blocking(|| base_of(ctx, id, &wt)) {
+        Ok(b) => b,
+        Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: cannot tell the task's base: {e}"), session)),
+    };
+    let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
+    let conflicts = view.tasks.get(id).and_then(|t| t.carried.clone()).map(|c| c.conflicts).unwrap_or_default();
     let tree = ctx.tree(id);
-    let made = tokio::task::spawn_blocking(move || {
+    let made = blocking(|| -> Result<(crate::git::Squashed, bool), String> {
+        let _lock = match shared {
+            true => Some(worktree::integration_lock(&wt).map_err(|e| e.to_string())?),
+            false => None,
+        };
         if let Some(t) = &tree {
             worktree::settle(t);
         }
         crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
-        match crate::git::find_task_commit(&wt, &run, &tid) {
-            Some(sha) => Ok((sha, true)),
-            None => crate::git::commit_task(&wt, &fl, &subject, &run, &tid, attempt).map(|sha| (sha, false)),
+        let owner = crate::git::Owner {
+            run: ctx.run_id.as_str(),
+            task: id.as_str(),
+            nonce: ctx.nonce.as_deref(),
+            since: Some(&base),
+        };
+        if let Some(sha) = crate::git::find_own_commit(&wt, &owner) {
+            return Ok((crate::git::Squashed::Commit(sha), true));
         }
-    })
-    .await;
-    let (sha, adopted) = match made {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
+        if shared {
+            worktree::check_branch(&wt, ctx.branch.as_deref()).map_err(|e| e.to_string())?;
+        }
+        let marked = crate::git::conflict_marked(&wt, &conflicts);
+        if !marked.is_empty() {
+            return Err(crate::git::SquashError::Unresolved(marked).to_string());
+        }
+        let task_branch = tree.as_ref().map(|t| t.branch.clone());
+        let sq = crate::git::Squash {
+            base: &base,
+            branch: if shared { ctx.branch.as_deref() } else { task_branch.as_deref() },
+            paths: shared.then_some(files),
+            listed: files,
+            subject: &subject,
+            owner,
+            attempt,
+            hooks: ctx.hooks,
+        };
+        crate::git::squash(&wt, &sq).map(|s| (s, false)).map_err(|e| e.to_string())
+    });
+    let (made, adopted) = match made {
+        Ok(r) => r,
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
+    };
+    let sha = match made {
+        crate::git::Squashed::NoChanges => {
+            let mut r = Record::task(id, TaskState::Committed);
+            r.no_changes = Some(true);
+            r.detail = Some("no changes: the task's end state equals its base; nothing was committed".into());
+            ctx.append(r)?;
+            remove_worktree(ctx, id).await;
+            return Ok(Committed::Done);
+        }
+        crate::git::Squashed::Commit(sha) => sha,
     };
     if !shared {
         tracing::info!(RUN_ID = %ctx.run_id, TASK = %id, sha = %sha, adopted, "committed in the task worktree");
-        return Ok(());
+        let (run_wt, name) = (ctx.pointer.worktree.clone(), worktree::attempt_ref(&ctx.run_id, id, attempt));
+        if let Err(e) = blocking(|| crate::git::set_ref(&run_wt, &name, &sha)) {
+            tracing::warn!(RUN_ID = %ctx.run_id, TASK = %id, error = %e, "cannot keep the attempt's ref (its branch keeps it)");
+        }
+        return Ok(Committed::InWorktree);
     }
     let mut r = Record::task(id, TaskState::Committed);
     r.sha = Some(sha);
     if adopted {
         r.detail = Some("the commit already existed (made before a supervisor restart): adopted".into());
     }
-    ctx.append(r)
+    ctx.append(r)?;
+    Ok(Committed::Done)
 }
 
-/// Brings the task's commit onto the run's branch, one integrator at a time: fast-forward, or a
-/// rebase onto the tip. Exactly once: a commit of the task already on the run's branch is adopted. A
-/// conflict halts the task naming every conflicting path and the tip; the task's worktree is kept
-/// for inspection (a steer re-dispatches the task in a fresh one at the current tip). After
-/// integration the task's worktree and branch are removed.
+/// Removes an integrated (or nothing-to-commit) task's worktree, branch and refs; a failure is
+/// logged (the run's end tries again).
+async fn remove_worktree(ctx: &Ctx, id: &TaskId) {
+    let Some(tree) = ctx.tree(id) else { return };
+    let (run_wt, run, tid) = (ctx.pointer.worktree.clone(), ctx.run_id.clone(), id.clone());
+    let removed = tokio::task::spawn_blocking(move || worktree::remove(&run_wt, &tree, &run, &tid)).await;
+    if let Ok(Err(e)) = removed {
+        tracing::warn!(RUN_ID = %ctx.run_id, TASK = %id, error = %e, "cannot remove the task worktree (removed when the run ends)");
+    }
+}
+
+/// Brings the task's commit onto the run's branch, one integrator at a time across every run of the
+/// repository: fast-forward, or a rebase onto the tip. Exactly once: a commit of this run instance's
+/// task already on the run's branch (above the run's start) is adopted. A conflict halts the task
+/// naming every conflicting path and the tip; the task's worktree and its attempt are kept (a steer
+/// or retry redoes it at the current tip with the attempt applied). A change the tip already holds
+/// is `committed` with `no_changes`. After integration the task's worktree, branch and refs go.
 async fn integrate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
     let id = &task.id;
     let Some(tree) = ctx.tree(id) else { return Ok(()) };
     let _integrator = ctx.commit_lock.lock().await;
     ctx.check_killed(id, session.clone())?;
     let run_wt = ctx.pointer.worktree.clone();
-    let (run, tid, t) = (ctx.run_id.to_string(), id.to_string(), tree.clone());
-    let done = tokio::task::spawn_blocking(move || {
-        crate::git::wait_index_unlocked(&run_wt, timeouts::INDEX_LOCK_WAIT);
-        if let Some(sha) = crate::git::find_task_commit(&run_wt, &run, &tid) {
-            return Ok((sha, true));
-        }
-        worktree::settle(&t);
-        let Some(sha) = crate::git::find_task_commit(&t.path, &run, &tid) else {
-            return Err(format!("no commit of task {tid} in its worktree {}", t.path.display()));
+    let base = blocking(|| base_of(ctx, id, &tree.path)).ok();
+    let done = blocking(|| -> Result<(Option<String>, bool), String> {
+        let owner = crate::git::Owner {
+            run: ctx.run_id.as_str(),
+            task: id.as_str(),
+            nonce: ctx.nonce.as_deref(),
+            since: ctx.start_sha.as_deref(),
         };
-        crate::git::integrate(&run_wt, &t.path, &sha).map(|s| (s, false)).map_err(|e| match e {
-            crate::git::IntegrateError::Conflict { .. } => e.to_string(),
-            crate::git::IntegrateError::Git(g) => format!("integration failed: {g}"),
-        })
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("integration failed: {e}")));
+        if let Some(sha) = crate::git::find_own_commit(&run_wt, &owner) {
+            return Ok((Some(sha), true));
+        }
+        worktree::settle(&tree);
+        let in_tree = crate::git::Owner { since: base.as_deref(), ..owner };
+        if crate::git::find_own_commit(&tree.path, &in_tree).is_none() {
+            return Err(format!("no commit of task {id} in its worktree {}", tree.path.display()));
+        }
+        match worktree::integrate(&run_wt, &tree.path, ctx.branch.as_deref()) {
+            Ok(crate::git::Integrated::Commit(sha)) => Ok((Some(sha), false)),
+            Ok(crate::git::Integrated::Empty) => Ok((None, false)),
+            Err(crate::git::IntegrateError::Git(g)) => Err(format!("integration failed: {g}")),
+            Err(e) => Err(e.to_string()),
+        }
+    });
     let (sha, adopted) = match done {
         Ok(r) => r,
         Err(detail) => return Err(ctx.halt(id, 1, detail, session)),
     };
     let mut r = Record::task(id, TaskState::Committed);
-    r.sha = Some(sha);
+    match sha {
+        Some(sha) => r.sha = Some(sha),
+        None => {
+            r.no_changes = Some(true);
+            r.detail = Some("no changes: the run's branch holds this change already; nothing was added".into());
+        }
+    }
     if adopted {
         r.detail = Some("the commit was already on the run's branch (integrated before a supervisor restart)".into());
     }
     ctx.append(r)?;
-    let run_wt = ctx.pointer.worktree.clone();
-    let removed = tokio::task::spawn_blocking(move || worktree::remove(&run_wt, &tree)).await;
-    if let Ok(Err(e)) = removed {
-        tracing::warn!(RUN_ID = %ctx.run_id, TASK = %id, error = %e, "cannot remove the task worktree (removed when the run ends)");
-    }
+    remove_worktree(ctx, id).await;
     Ok(())
 }
 
-/// Makes the task's worktree ready for its turn (reused, or made afresh from the run's tip with the
-/// plan's `setup` run in it) and returns where the turn runs.
-async fn workspace(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<PathBuf> {
+/// Makes the task's worktree ready for its turn (reused, or made afresh from the run's tip, with an
+/// earlier unintegrated attempt applied) — or, with `isolation: shared`, takes the run's tip as the
+/// base. `Err` is the halt's detail.
+async fn workspace(ctx: &Ctx, task: &Task) -> Result<worktree::Prepared, String> {
     let id = &task.id;
-    let Some(tree) = ctx.tree(id) else { return Ok(ctx.pointer.worktree.clone()) };
+    let Some(tree) = ctx.tree(id) else {
+        let wt = ctx.pointer.worktree.clone();
+        return blocking(|| crate::git::head(&wt))
+            .map(|base| worktree::Prepared { fresh: false, base, carried: None })
+            .map_err(|e| format!("cannot read the run's tip: {e}"));
+    };
     let (run_wt, t, run, tid) = (ctx.pointer.worktree.clone(), tree.clone(), ctx.run_id.clone(), id.clone());
-    let prepared = tokio::task::spawn_blocking(move || worktree::prepare(&run_wt, &t, &run, &tid))
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()));
-    match prepared {
-        Err(e) => {
-            Err(ctx.halt(id, 1, format!("cannot prepare the task worktree {}: {e}", tree.path.display()), session))
-        }
-        Ok(Prepared::Reused) => Ok(tree.path),
-        Ok(Prepared::Fresh) => {
-            if let Some(setup) = &ctx.plan.setup {
-                run_setup(ctx, task, setup, &tree.path, session).await?;
-            }
-            Ok(tree.path)
-        }
-    }
+    let (nonce, hooks) = (ctx.nonce.clone(), ctx.hooks);
+    tokio::task::spawn_blocking(move || {
+        let r = worktree::Ready { run: &run, task: &tid, nonce: nonce.as_deref(), hooks };
+        worktree::prepare(&run_wt, &t, &r)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()))
+    .map_err(|e| format!("cannot prepare the task worktree {}: {e}", tree.path.display()))
 }
 
 /// Runs the plan's `setup` in a fresh worktree; a failure halts the task with its rc and the

@@ -8,7 +8,7 @@
 use super::Scheduler;
 use super::pipeline::Start;
 use crate::ids::TaskId;
-use crate::journal::{Body, Record, RunEvent, RunRecord, TaskState};
+use crate::journal::{Body, Record, RunEvent, TaskState};
 use crate::plan::OnRateLimit;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -51,12 +51,10 @@ impl Scheduler {
         }
         let detail = format!("rate limited (task {task}): resuming at {at}");
         tracing::warn!(RUN_ID = %self.ctx.run_id, TASK = %task, "{detail}");
-        let rec = Record::new(Body::Run(RunRecord {
-            event: RunEvent::Paused,
-            by: Some("rate_limit".into()),
-            detail: Some(detail),
-            resume_at: Some(at),
-        }));
+        let mut rec = Record::run(RunEvent::Paused, "rate_limit", Some(detail));
+        if let Body::Run(r) = &mut rec.body {
+            r.resume_at = Some(at);
+        }
         if let Err(e) = self.ctx.journal.append(&rec) {
             tracing::error!(RUN_ID = %self.ctx.run_id, error = %e, "cannot journal the rate limit's pause; not pausing");
             return;

@@ -136,21 +136,25 @@ enum Found {
     Nowhere,
 }
 
-/// Looks for the task's commit by its trailers: on the run's branch first (after any commit a dead
-/// supervisor started has finished: its index lock is waited for), then in its worktree. Git runs on
-/// the blocking pool.
+/// Looks for this run instance's commit of the task by its trailers: on the run's branch above the
+/// run's start first (after any commit a dead supervisor started has finished: its index lock is
+/// waited for), then in its worktree above its base. Git runs on the blocking pool.
 async fn found_commit(ctx: &Ctx, task: &TaskId) -> Found {
-    let (wt, tree, run, tid) = (ctx.pointer.worktree.clone(), ctx.tree(task), ctx.run_id.to_string(), task.to_string());
+    let (wt, tree) = (ctx.pointer.worktree.clone(), ctx.tree(task));
+    let (run, tid, nonce, start) = (ctx.run_id.to_string(), task.to_string(), ctx.nonce.clone(), ctx.start_sha.clone());
+    let base = ctx.journal.view().ok().and_then(|v| v.tasks.get(task).and_then(|t| t.base.clone()));
     tokio::task::spawn_blocking(move || {
         crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
-        if let Some(sha) = crate::git::find_task_commit(&wt, &run, &tid) {
+        let owner = crate::git::Owner { run: &run, task: &tid, nonce: nonce.as_deref(), since: start.as_deref() };
+        if let Some(sha) = crate::git::find_own_commit(&wt, &owner) {
             return Found::OnRunBranch(sha);
         }
         if let Some(t) = &tree {
             crate::worktree::settle(t);
         }
+        let in_tree = crate::git::Owner { since: base.as_deref(), ..owner };
         match tree {
-            Some(t) if t.path.exists() && crate::git::find_task_commit(&t.path, &run, &tid).is_some() => {
+            Some(t) if t.path.exists() && crate::git::find_own_commit(&t.path, &in_tree).is_some() => {
                 Found::InTaskWorktree
             }
             _ => Found::Nowhere,

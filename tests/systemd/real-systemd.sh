@@ -70,8 +70,8 @@ if ! { git -C "$repo" init -q -b main && echo x > "$repo/R" && git -C "$repo" ad
 fi
 cat > "$WORK/plan.json" << 'PLAN'
 {"v":"plan/v1","slug":"sysd","max_parallel":2,"tasks":[
- {"id":"A1","wave":1,"adapter":"claude","prompt":"a1"},{"id":"A2","wave":1,"adapter":"claude","prompt":"a2"},
- {"id":"B1","wave":2,"adapter":"claude","prompt":"b1"},{"id":"B2","wave":2,"adapter":"claude","prompt":"b2"}]}
+ {"id":"A1","wave":1,"adapter":"claude","prompt":"a1 [fake-write:a1.txt]"},{"id":"A2","wave":1,"adapter":"claude","prompt":"a2 [fake-write:a2.txt]"},
+ {"id":"B1","wave":2,"adapter":"claude","prompt":"b1 [fake-write:b1.txt]"},{"id":"B2","wave":2,"adapter":"claude","prompt":"b2 [fake-write:b2.txt]"}]}
 PLAN
 export HARNESS_CLAUDE_BIN="$REPO/fixtures/engines/fake-claude" HARNESS_WRAPPERS="$REPO/wrappers"
 export HARNESS_FAKE_SCENARIO=slow HARNESS_FAKE_SLOW_PACE=0.15 HARNESS_FAKE_PACE=fast
