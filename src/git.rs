@@ -693,6 +693,26 @@ pub fn wait_index_unlocked(worktree: &Path, max: std::time::Duration) -> bool {
     true
 }
 
+/// In a task's own worktree, which no one but its task writes: waits up to `max` for the index lock
+/// and the branch's ref locks (`HEAD.lock`, `refs/heads/<branch>.lock`) to go, then removes those a
+/// git killed with its supervisor left behind (else every later commit of the task fails on them).
+/// Returns the locks it removed.
+pub fn clear_stale_locks(worktree: &Path, branch: &str, max: std::time::Duration) -> Vec<std::path::PathBuf> {
+    let (Ok(dir), Ok(common)) =
+        (git(worktree, &["rev-parse", "--git-dir"]), git(worktree, &["rev-parse", "--git-common-dir"]))
+    else {
+        return Vec::new();
+    };
+    let dir = worktree.join(dir.trim());
+    let common = worktree.join(common.trim());
+    let locks = [dir.join("index.lock"), dir.join("HEAD.lock"), common.join(format!("refs/heads/{branch}.lock"))];
+    let end = std::time::Instant::now() + max;
+    while locks.iter().any(|l| l.exists()) && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    locks.into_iter().filter(|l| l.exists() && std::fs::remove_file(l).is_ok()).collect()
+}
+
 /// Escapes a value for a basic regular expression (ids only hold `[A-Za-z0-9._-]`).
 fn bre_literal(s: &str) -> String {
     s.replace('.', "\\.")

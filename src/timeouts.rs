@@ -32,6 +32,9 @@ pub const CLIENT_CONNECT: Duration = Duration::from_secs(5);
 pub const SUPERVISOR_START: Duration = Duration::from_secs(15);
 /// Waiting for git's `index.lock` to go away (a commit of a dead supervisor may still be finishing).
 pub const INDEX_LOCK_WAIT: Duration = Duration::from_secs(30);
+/// How long a git lock in a task's own worktree may stand before it is taken for one a killed git
+/// left (nobody but the task writes there, and its turn is over).
+pub const STALE_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// After SIGKILL, how long a process group gets to disappear.
 pub const KILL_REAP: Duration = Duration::from_secs(2);
 /// Reading what a finished child wrote to stdout (a descendant may hold the pipe open).

@@ -801,7 +801,16 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         if let Some(t) = &tree {
             worktree::settle(t);
         }
-        crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
+        match &tree {
+            Some(t) => {
+                for l in crate::git::clear_stale_locks(&wt, &t.branch, timeouts::STALE_LOCK_WAIT) {
+                    tracing::warn!(task = %id, lock = %l.display(), "removed a stale git lock left in the task's worktree");
+                }
+            }
+            None => {
+                crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
+            }
+        }
         let owner = crate::git::Owner {
             run: ctx.run_id.as_str(),
             task: id.as_str(),
