@@ -25,8 +25,7 @@ fn git(worktree: &Path, args: &[&str]) -> Result<String, GitError> {
     git_stderr(worktree, args).map_err(|(e, _)| e)
 }
 
-/// Whether a git call that can run hooks (commit, rebase, merge, checkout, cherry-pick, worktree
-/// add) runs the repository's.
+/// Whether a git call runs the repository's hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hooks {
     /// None run: `core.hooksPath` is `/dev/null` (a path with no file under it) for the call.
@@ -35,30 +34,33 @@ pub enum Hooks {
     Repo,
 }
 
-impl Hooks {
-    fn args(self) -> &'static [&'static str] {
-        match self {
-            Hooks::Off => &["-c", "core.hooksPath=/dev/null"],
-            Hooks::Repo => &[],
-        }
-    }
-}
-
 /// `git` with the hook setting and, when the repository has none, an identity (commits, rebases and
 /// cherry-picks need one) before `args`.
 fn git_as(worktree: &Path, hooks: Hooks, args: &[&str]) -> Result<String, (GitError, String)> {
-    let mut all: Vec<&str> = hooks.args().to_vec();
-    all.extend(identity(worktree));
+    let mut all = identity(worktree);
     all.extend(args);
-    git_stderr(worktree, &all)
+    spawn(worktree, hooks, None, &all)
 }
 
-/// `git`, with git's whole stderr on failure. The error's detail is git's first `fatal:`/`error:`
-/// line (what failed) and its last line (what to do), when they differ.
+/// `git`, with git's whole stderr on failure, and no hook of the repository's. The error's detail
+/// is git's first `fatal:`/`error:` line (what failed) and its last line (what to do), when they
+/// differ.
 fn git_stderr(worktree: &Path, args: &[&str]) -> Result<String, (GitError, String)> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(worktree)
+    spawn(worktree, Hooks::Off, None, args)
+}
+
+/// The one place a `git` child is started: in `worktree`, with `hooks`, on another index file when
+/// `index` is given.
+fn spawn(worktree: &Path, hooks: Hooks, index: Option<&Path>, args: &[&str]) -> Result<String, (GitError, String)> {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(worktree);
+    if hooks == Hooks::Off {
+        cmd.args(["-c", "core.hooksPath=/dev/null"]);
+    }
+    if let Some(index) = index {
+        cmd.env("GIT_INDEX_FILE", index);
+    }
+    let out = cmd
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -462,7 +464,7 @@ pub fn abort_stopped_rebase(worktree: &Path) -> Result<bool, GitError> {
     if !dir.join("rebase-merge").exists() && !dir.join("rebase-apply").exists() {
         return Ok(false);
     }
-    git_as(worktree, Hooks::Off, &["rebase", "--abort"]).map_err(|(e, _)| e)?;
+    git(worktree, &["rebase", "--abort"])?;
     Ok(true)
 }
 
@@ -514,7 +516,7 @@ pub fn integrate(run_wt: &Path, task_wt: &Path, sha: &str) -> Result<Option<Inte
     if parent != tip {
         if let Err((e, _)) = git_as(task_wt, Hooks::Off, &["rebase", "-q", "--empty=drop", "--onto", &tip, &parent]) {
             let paths = conflicted_paths(task_wt);
-            let _ = git_as(task_wt, Hooks::Off, &["rebase", "--abort"]);
+            let _ = git(task_wt, &["rebase", "--abort"]);
             if paths.is_empty() {
                 return Err(e.into());
             }
@@ -556,9 +558,6 @@ pub fn refs_under(repo: &Path, prefix: &str) -> Vec<(String, String)> {
 
 /// Deletes the ref `name` (gone already is fine).
 pub fn delete_ref(repo: &Path, name: &str) -> Result<(), GitError> {
-    if ref_sha(repo, name).is_none() && git(repo, &["show-ref", "--verify", "--quiet", name]).is_err() {
-        return Ok(());
-    }
     git(repo, &["update-ref", "-d", name]).map(|_| ())
 }
 
@@ -570,23 +569,8 @@ pub fn snapshot(worktree: &Path, parent: &str, message: &str) -> Result<String, 
     let dir = git(worktree, &["rev-parse", "--absolute-git-dir"])?;
     let tmp = Path::new(dir.trim()).join("harness-snapshot.index");
     let _ = std::fs::remove_file(&tmp);
-    let with_index = |args: &[&str]| -> Result<String, GitError> {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(worktree)
-            .args(args)
-            .env("GIT_INDEX_FILE", &tmp)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| GitError::Failed { args: args.join(" "), detail: e.to_string() })?;
-        if !out.status.success() {
-            return Err(GitError::Failed {
-                args: args.join(" "),
-                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
+    let with_index =
+        |args: &[&str]| spawn(worktree, Hooks::Off, Some(&tmp), args).map(|o| o.trim().to_string()).map_err(|(e, _)| e);
     let tree = with_index(&["read-tree", "HEAD"])
         .and_then(|_| with_index(&["add", "-A"]))
         .and_then(|_| with_index(&["write-tree"]));

@@ -242,6 +242,18 @@ const TASK_FIELDS: [&str; 11] =
 pub const APPROVAL_TIMEOUT_DEFAULT: u64 = 600;
 
 /// `approvals`: "ask" or "deny".
+/// An optional boolean field (`null` is absent); anything else is an error naming `what`.
+fn opt_bool(v: Option<&Value>, what: &str, errs: &mut Vec<String>) -> Option<bool> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            errs.push(format!("{what}: must be a boolean, got {v}"));
+            None
+        }
+    }
+}
+
 fn parse_approvals(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<Approvals> {
     match v {
         None | Some(Value::Null) => None,
@@ -356,22 +368,8 @@ impl Plan {
                 None
             }
         };
-        let git_hooks = match obj.get("git_hooks") {
-            None | Some(Value::Null) => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(v) => {
-                errs.push(format!("git_hooks: must be a boolean, got {v}"));
-                None
-            }
-        };
-        let live = match obj.get("live") {
-            None | Some(Value::Null) => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(v) => {
-                errs.push(format!("live: must be a boolean, got {v}"));
-                None
-            }
-        };
+        let git_hooks = opt_bool(obj.get("git_hooks"), "git_hooks", &mut errs);
+        let live = opt_bool(obj.get("live"), "live", &mut errs);
         let approvals = parse_approvals(obj.get("approvals"), "", &mut errs);
         let allowed_tools = parse_rules("allowed_tools", obj.get("allowed_tools"), "", &mut errs);
         let approve = parse_rules("approve", obj.get("approve"), "", &mut errs);
@@ -606,14 +604,7 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
     if review && adapter == Some(Adapter::Codex) {
         errs.push(format!("{label}: review: a codex task is itself a verdict seat and cannot be reviewed"));
     }
-    let live = match o.get("live") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(v) => {
-            errs.push(format!("{label}: live: must be a boolean, got {v}"));
-            None
-        }
-    };
+    let live = opt_bool(o.get("live"), &format!("{label}: live"), errs);
     if live == Some(true)
         && let Some(a) = adapter.filter(|a| *a != Adapter::Claude)
     {

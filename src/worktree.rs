@@ -38,6 +38,11 @@ fn ref_component(task: &TaskId) -> String {
     if t.contains("..") || t.ends_with('.') || t.ends_with(".lock") { t.replace('.', "%2e") } else { t.to_string() }
 }
 
+/// The task id a ref name component stands for (`ref_component`'s inverse).
+fn task_of_component(c: &str) -> String {
+    c.replace("%2e", ".")
+}
+
 /// `refs/harness/<runId>/<task>/`: the task's base and attempts.
 fn task_refs(run: &RunId, task: &TaskId) -> String {
     format!("{}{}/", refs_prefix(run), ref_component(task))
@@ -129,7 +134,6 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
     let known_base = git::ref_sha(run_wt, &base_name);
     let mut carry_from: Option<(String, String)> = None;
     if git::worktree_healthy(&t.path) {
-        let head = git::head(&t.path)?;
         let base = match &known_base {
             Some(b) if git::commit_exists(&t.path, b) => b.clone(),
             // A worktree made before bases were kept: where it left the run's branch.
@@ -157,7 +161,6 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
             git::set_ref(run_wt, &attempt_ref(r.run, r.task, n), &snap)?;
         }
         carry_from = Some((snap, base));
-        let _ = head;
     } else if let Some((_, sha)) = attempts(run_wt, r.run, r.task).last() {
         // No worktree, but a kept attempt of this run instance: the redo starts with it.
         if belongs(run_wt, sha, r) {
@@ -307,6 +310,25 @@ fn work_of(run_wt: &Path, run: &RunId, task: &TaskId, l: &Leftover) -> Option<St
     (!said.is_empty()).then(|| said.join(", "))
 }
 
+/// Every task's leftovers of `run`, by task id: worktrees on disk, task branches, refs.
+fn leftovers(home: &Home, run_wt: &Path, run: &RunId) -> std::collections::BTreeMap<String, Leftover> {
+    let mut by_task: std::collections::BTreeMap<String, Leftover> = Default::default();
+    for (name, path) in existing(home, run) {
+        by_task.entry(name).or_default().worktree = Some(path);
+    }
+    let prefix = branch_prefix(run);
+    for b in git::branches_under(run_wt, &prefix) {
+        let name = task_of_component(b.strip_prefix(&prefix).unwrap_or(&b));
+        by_task.entry(name).or_default().branch = Some(b);
+    }
+    let rprefix = refs_prefix(run);
+    for (r, sha) in git::refs_under(run_wt, &rprefix) {
+        let name = task_of_component(r.strip_prefix(&rprefix).and_then(|x| x.split('/').next()).unwrap_or(""));
+        by_task.entry(name).or_default().refs.push((r, sha));
+    }
+    by_task
+}
+
 /// Removes the task worktrees, task branches and refs of `run` (its run has ended, or `harness
 /// clean`) — but only of tasks `integrated` says the journal calls integrated, or that hold no
 /// unintegrated work; the rest is kept (and said why) unless `force`.
@@ -318,20 +340,7 @@ pub fn clean_run(
     force: bool,
 ) -> Result<Cleaned, GitError> {
     let _admin = admin_lock(run_wt)?;
-    let mut by_task: std::collections::BTreeMap<String, Leftover> = Default::default();
-    for (name, path) in existing(home, run) {
-        by_task.entry(name).or_default().worktree = Some(path);
-    }
-    let prefix = branch_prefix(run);
-    for b in git::branches_under(run_wt, &prefix) {
-        let name = b.strip_prefix(&prefix).unwrap_or(&b).replace("%2e", ".");
-        by_task.entry(name).or_default().branch = Some(b);
-    }
-    let rprefix = refs_prefix(run);
-    for (r, sha) in git::refs_under(run_wt, &rprefix) {
-        let name = r.strip_prefix(&rprefix).and_then(|x| x.split('/').next()).unwrap_or("").replace("%2e", ".");
-        by_task.entry(name).or_default().refs.push((r, sha));
-    }
+    let by_task = leftovers(home, run_wt, run);
     let mut out = Cleaned::default();
     for (name, l) in by_task {
         let task = TaskId::parse(&name).ok();
@@ -346,7 +355,7 @@ pub fn clean_run(
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .or_else(|| l.branch.clone())
-                    .unwrap_or_else(|| format!("{rprefix}{name}/"));
+                    .unwrap_or_else(|| format!("{}{name}/", refs_prefix(run)));
                 out.kept.push((
                     what,
                     format!("task {name} is not integrated and holds {work} (`harness clean --force` removes it)"),
@@ -380,25 +389,4 @@ pub fn clean_run(
     git::run(run_wt, &["worktree", "prune"])?;
     let _ = std::fs::remove_dir(home.worktrees_dir(run));
     Ok(out)
-}
-
-/// What `clean_run` would keep now (nothing is changed): for `harness show`.
-pub fn kept(home: &Home, run_wt: &Path, run: &RunId, integrated: &dyn Fn(&str) -> bool) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for (name, path) in existing(home, run) {
-        if integrated(&name) {
-            continue;
-        }
-        let Ok(task) = TaskId::parse(&name) else { continue };
-        let t = of(home, run, &task);
-        let l = Leftover {
-            worktree: Some(path.clone()),
-            branch: Some(t.branch),
-            refs: git::refs_under(run_wt, &task_refs(run, &task)),
-        };
-        if let Some(work) = work_of(run_wt, run, &task, &l) {
-            out.push((path.display().to_string(), format!("task {name}: {work}")));
-        }
-    }
-    out
 }

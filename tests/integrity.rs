@@ -13,35 +13,6 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn commit_of(b: &Bench, task: &str) -> String {
-    harness::git::find_task_commit(&b.repo(), &b.run_id(), task).unwrap_or_else(|| panic!("no commit of {task}"))
-}
-
-fn files_of(repo: &Path, sha: &str) -> Vec<String> {
-    let mut v: Vec<String> = git(repo, &["show", "--name-only", "--format=", sha])
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect();
-    v.sort();
-    v
-}
-
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -96,7 +67,7 @@ fn an_agent_that_commits_part_or_all_of_its_work_itself_lands_all_of_it_in_one_c
         ("all", ["all-1.txt", "all-2.txt"], vec!["agent: commit all-1.txt", "agent: commit all"]),
     ] {
         assert_eq!(b.commits_of(task), 1, "{task}: one commit");
-        let sha = commit_of(&b, task);
+        let sha = b.commit_of(task);
         assert_eq!(files_of(&b.repo(), &sha), strings(&files), "{task}'s commit holds all its work");
         let body = git(&b.repo(), &["log", "-1", "--format=%B", &sha]);
         for m in messages {
@@ -171,7 +142,7 @@ fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_mar
     assert!(detail.contains("unresolved conflicts in shared.txt"), "{detail}");
     // The redo's prompt said which path conflicts, against whose commit.
     let prompt = std::fs::read_to_string(b.repo().join(format!("runstate/redo.prompts/{loser}.2.txt"))).unwrap();
-    let winner_sha = git(&b.repo(), &["rev-parse", "--short=7", &commit_of(&b, winner)]);
+    let winner_sha = git(&b.repo(), &["rev-parse", "--short=7", &b.commit_of(winner)]);
     assert!(
         prompt.contains(&format!("shared.txt (both added), against {winner_sha} of task {winner}")),
         "the prompt names the conflict:\n{prompt}"
@@ -183,7 +154,7 @@ fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_mar
     );
     assert_eq!(r["ok"], true, "{r}");
     b.wait_state(loser, "committed", T);
-    let sha = commit_of(&b, loser);
+    let sha = b.commit_of(loser);
     assert_eq!(files_of(&b.repo(), &sha), strings(&[&format!("{loser}-own.txt"), "shared.txt"]));
     let shared = std::fs::read_to_string(b.repo().join("shared.txt")).unwrap();
     assert!(shared.contains("(task a,") && shared.contains("(task b,") && !shared.contains("<<<<<<<"), "{shared}");
@@ -265,7 +236,7 @@ fn a_run_again_after_prune_lands_its_own_work_even_when_killed_between_commit_an
         r#"{"v":"plan/v1","slug":"again","tasks":[{"id":"T","wave":1,"adapter":"claude","prompt":"first [fake-write:first.txt]"}]}"#,
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let old = commit_of(&b, "T");
+    let old = b.commit_of("T");
     std::thread::sleep(Duration::from_millis(1100));
     let (code, out, err) = cli(&b.home(), &["prune", "--finished-before", "1s"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -293,7 +264,7 @@ fn a_run_again_after_prune_lands_its_own_work_even_when_killed_between_commit_an
     assert_eq!(b.supervise_to_the_end("success"), 0);
     assert_eq!(b.view()["status"], "finished");
     assert!(b.repo().join("second.txt").exists(), "the second run's work landed");
-    let new = commit_of(&b, "T");
+    let new = b.commit_of("T");
     assert_ne!(new, old, "the old run's commit was not adopted");
     assert_eq!(files_of(&b.repo(), &new), strings(&["second.txt"]));
     let journaled = b.view()["tasks"]["T"]["sha"].as_str().unwrap().to_string();

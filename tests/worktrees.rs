@@ -14,28 +14,6 @@ use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(30);
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// The commit of `task` on the run's branch.
-fn commit_of(b: &Bench, task: &str) -> String {
-    harness::git::find_task_commit(&b.repo(), &b.run_id(), task).unwrap_or_else(|| panic!("no commit of {task}"))
-}
-
-/// Paths a commit changed.
-fn files_of(repo: &Path, sha: &str) -> Vec<String> {
-    let mut v: Vec<String> = git(repo, &["show", "--name-only", "--format=", sha])
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect();
-    v.sort();
-    v
-}
-
 /// Nothing of the run's worktrees is left: no linked worktree, no task branch, no directory.
 fn assert_no_worktree_left(b: &Bench) {
     let list = git(&b.repo(), &["worktree", "list", "--porcelain"]);
@@ -59,18 +37,18 @@ fn three_parallel_tasks_each_commit_exactly_their_own_files() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for (task, file) in [("a", "out-a.txt"), ("b", "out-b.txt"), ("c", "src/out-c.txt"), ("d", "out-d.txt")] {
         assert_eq!(b.commits_of(task), 1, "{task}");
-        assert_eq!(files_of(&b.repo(), &commit_of(&b, task)), vec![file.to_string()], "task {task}'s commit");
+        assert_eq!(files_of(&b.repo(), &b.commit_of(task)), vec![file.to_string()], "task {task}'s commit");
         let text = std::fs::read_to_string(b.repo().join(file)).unwrap();
         assert!(text.contains(&format!("(task {task},")), "{file} was written by {task}: {text}");
     }
     // Wave 2 started from a tip holding every wave-1 commit.
-    let d = commit_of(&b, "d");
+    let d = b.commit_of("d");
     for t in ["a", "b", "c"] {
         assert!(
             Command::new("git")
                 .arg("-C")
                 .arg(b.repo())
-                .args(["merge-base", "--is-ancestor", &commit_of(&b, t), &d])
+                .args(["merge-base", "--is-ancestor", &b.commit_of(t), &d])
                 .status()
                 .unwrap()
                 .success(),
@@ -129,7 +107,7 @@ fn two_tasks_creating_the_same_file_one_commits_the_other_halts_naming_it_and_a_
     b.wait_state(second, "committed", T);
     let text = std::fs::read_to_string(b.repo().join("shared.txt")).unwrap();
     assert!(text.contains(&format!("(task {first},")) && text.contains(&format!("(task {second},")), "{text}");
-    assert_eq!(files_of(&b.repo(), &commit_of(&b, second)), vec!["shared.txt".to_string()]);
+    assert_eq!(files_of(&b.repo(), &b.commit_of(second)), vec!["shared.txt".to_string()]);
     assert_eq!(b.commits_of(first), 1);
     assert_eq!(b.commits_of(second), 1);
     wait_for(T, || (b.view()["status"] == "finished").then_some(())).expect("the run finishes");
@@ -159,7 +137,7 @@ fn setup_runs_in_each_fresh_worktree_and_its_failure_halts_the_task() {
     for t in ["a", "b"] {
         let ran_in = std::fs::read_to_string(record.join(t)).unwrap();
         assert_eq!(Path::new(ran_in.trim()), b.home().join("worktrees").join(b.run_id()).join(t));
-        assert_eq!(files_of(&b.repo(), &commit_of(&b, t)), vec![format!("{t}.txt")]);
+        assert_eq!(files_of(&b.repo(), &b.commit_of(t)), vec![format!("{t}.txt")]);
     }
 
     let b = Bench::new();
@@ -213,7 +191,7 @@ fn supervisor_killed_between_a_tasks_commit_and_its_integration_integrates_it_on
     assert_eq!(b.view()["status"], "finished");
     for (t, f) in [("A", "a.txt"), ("B", "b.txt")] {
         assert_eq!(b.commits_of(t), 1, "{t}");
-        assert_eq!(files_of(&b.repo(), &commit_of(&b, t)), vec![f.to_string()]);
+        assert_eq!(files_of(&b.repo(), &b.commit_of(t)), vec![f.to_string()]);
     }
     // No turn ran again: each engine was called once.
     assert_eq!(b.records().len(), 2);

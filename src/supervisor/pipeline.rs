@@ -654,7 +654,8 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
 async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -> Step<()> {
     let id = &task.id;
     let cwd = ctx.cwd(id);
-    let base = match blocking(|| base_of(ctx, id, &cwd)) {
+    let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
+    let base = match blocking(|| base_of(ctx, &view, id, &cwd)) {
         Ok(b) => b,
         Err(e) => return Err(ctx.halt(id, 1, format!("review: cannot tell the task's base: {e}"), session)),
     };
@@ -725,6 +726,15 @@ fn carried_prompt(sha: &str, conflicts: &[String], prompt: &str) -> String {
     s
 }
 
+/// Journals the task `committed` with nothing committed (`no_changes`), saying why.
+fn commit_nothing(ctx: &Ctx, id: &TaskId, why: &str) -> Step<Committed> {
+    let mut r = Record::task(id, TaskState::Committed);
+    r.no_changes = Some(true);
+    r.detail = Some(why.into());
+    ctx.append(r)?;
+    Ok(Committed::Done)
+}
+
 /// How a commit step ended.
 pub(crate) enum Committed {
     /// `committed` is journaled (on the run's branch with `isolation: shared`, or nothing to commit).
@@ -735,8 +745,7 @@ pub(crate) enum Committed {
 
 /// The task's base, as its last `leased` record says (a task of a run journaled before bases were
 /// recorded: where its worktree left the run's branch).
-fn base_of(ctx: &Ctx, id: &TaskId, cwd: &Path) -> Result<String, String> {
-    let view = blocking(|| ctx.journal.view()).map_err(|e| e.to_string())?;
+fn base_of(ctx: &Ctx, view: &crate::journal::RunView, id: &TaskId, cwd: &Path) -> Result<String, String> {
     if let Some(b) = view.tasks.get(id).and_then(|t| t.base.clone()) {
         return Ok(b);
     }
@@ -754,12 +763,9 @@ fn base_of(ctx: &Ctx, id: &TaskId, cwd: &Path) -> Result<String, String> {
 async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session: Option<String>) -> Step<Committed> {
     let id = &task.id;
     if task.adapter.is_verdict_seat() {
-        let mut r = Record::task(id, TaskState::Committed);
-        r.no_changes = Some(true);
-        r.detail = Some("verdict seat: a review never commits".into());
-        ctx.append(r)?;
+        let done = commit_nothing(ctx, id, "verdict seat: a review never commits")?;
         remove_worktree(ctx, id).await;
-        return Ok(Committed::Done);
+        return Ok(done);
     }
     let shared = ctx.isolation == Isolation::Shared;
     // Commits in the run's worktree are serialized; each task worktree has its own index.
@@ -771,13 +777,11 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         // Only a lost record or a user's `rm` gets here: the run end removes a worktree after its
         // task's `committed` record. A turn that reported nothing had nothing to lose.
         if files.is_empty() {
-            let mut r = Record::task(id, TaskState::Committed);
-            r.no_changes = Some(true);
-            r.detail = Some(
-                "no changes: the task's worktree is gone and its turn reported no files; nothing was committed".into(),
+            return commit_nothing(
+                ctx,
+                id,
+                "no changes: the task's worktree is gone and its turn reported no files; nothing was committed",
             );
-            ctx.append(r)?;
-            return Ok(Committed::Done);
         }
         let detail = format!(
             "commit failed: the task's worktree {} is gone, and with it the turn's changes to {}; nothing was committed (`harness steer` redoes the task)",
@@ -786,11 +790,11 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         );
         return Err(ctx.halt(id, 1, detail, session));
     }
-    let base = match blocking(|| base_of(ctx, id, &wt)) {
+    let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
+    let base = match blocking(|| base_of(ctx, &view, id, &wt)) {
         Ok(b) => b,
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: cannot tell the task's base: {e}"), session)),
     };
-    let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
     let conflicts = view.tasks.get(id).and_then(|t| t.carried.clone()).map(|c| c.conflicts).unwrap_or_default();
     let tree = ctx.tree(id);
     let made = blocking(|| -> Result<(crate::git::Squashed, bool), String> {
@@ -846,12 +850,10 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     };
     let sha = match made {
         crate::git::Squashed::NoChanges => {
-            let mut r = Record::task(id, TaskState::Committed);
-            r.no_changes = Some(true);
-            r.detail = Some("no changes: the task's end state equals its base; nothing was committed".into());
-            ctx.append(r)?;
+            let done =
+                commit_nothing(ctx, id, "no changes: the task's end state equals its base; nothing was committed")?;
             remove_worktree(ctx, id).await;
-            return Ok(Committed::Done);
+            return Ok(done);
         }
         crate::git::Squashed::Commit(sha) => sha,
     };
@@ -895,7 +897,8 @@ async fn integrate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> 
     let _integrator = ctx.commit_lock.lock().await;
     ctx.check_killed(id, session.clone())?;
     let run_wt = ctx.pointer.worktree.clone();
-    let base = blocking(|| base_of(ctx, id, &tree.path)).ok();
+    let base =
+        blocking(|| ctx.journal.view().map_err(|e| e.to_string()).and_then(|v| base_of(ctx, &v, id, &tree.path))).ok();
     let done = blocking(|| -> Result<(Option<String>, bool), String> {
         let owner = crate::git::Owner {
             run: ctx.run_id.as_str(),

@@ -215,22 +215,36 @@ pub fn assert_valid(validator: &jsonschema::Validator, v: &serde_json::Value, wh
 }
 
 /// Makes a git repo with one commit in `dir`.
+/// `git -C dir args` (with an identity), asserting success; its trimmed stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Paths a commit changed, sorted.
+pub fn files_of(repo: &Path, sha: &str) -> Vec<String> {
+    let mut v: Vec<String> = git(repo, &["show", "--name-only", "--format=", sha])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn git_repo(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    let git = |args: &[&str]| {
-        let st = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@t")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .output()
-            .unwrap();
-        assert!(st.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&st.stderr));
-        String::from_utf8_lossy(&st.stdout).trim().to_string()
-    };
+    let git = |args: &[&str]| git(dir, args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(dir.join("README"), "x\n").unwrap();
     git(&["add", "README"]);
@@ -482,6 +496,12 @@ impl Bench {
             })
     }
     /// Commits in the repo carrying this run's and task's trailers.
+    /// The commit of `task` on the run's branch.
+    pub fn commit_of(&self, task: &str) -> String {
+        harness::git::find_task_commit(&self.repo(), &self.run_id(), task)
+            .unwrap_or_else(|| panic!("no commit of {task}"))
+    }
+
     pub fn commits_of(&self, task: &str) -> usize {
         harness::git::count_task_commits(&self.repo(), &self.run_id(), task)
     }
