@@ -70,6 +70,16 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
             plan.slug
         )));
     }
+    if plan.isolation() == crate::plan::Isolation::Worktree {
+        let left = crate::worktree::left_work(home, &worktree, &run_id);
+        if !left.is_empty() {
+            let list: Vec<String> = left.iter().map(|(what, why)| format!("{what}: {why}")).collect();
+            return Err(RunError::Invalid(format!(
+                "run {run_id} cannot start over unintegrated task work an earlier run of this plan left ({}): `harness clean {run_id}` says what it holds, `harness clean {run_id} --force` removes it",
+                list.join("; ")
+            )));
+        }
+    }
     crate::git::exclude_runstate(&worktree, &runstate).map_err(|e| RunError::Failed(e.to_string()))?;
     // The plan copy is written before the pointer (the API's cache relies on that order).
     let mut bytes = serde_json::to_vec_pretty(&plan).expect("a plan serializes");

@@ -329,6 +329,28 @@ fn leftovers(home: &Home, run_wt: &Path, run: &RunId) -> std::collections::BTree
     by_task
 }
 
+/// What of task `name`'s leftovers holds unintegrated work, and why it is kept (`None`: nothing).
+fn keeps(run_wt: &Path, run: &RunId, name: &str, l: &Leftover) -> Option<(String, String)> {
+    let work = match TaskId::parse(name) {
+        Ok(t) => work_of(run_wt, run, &t, l),
+        Err(_) => l.worktree.as_ref().map(|_| "a directory named outside the task id grammar".to_string()),
+    }?;
+    let what = l
+        .worktree
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .or_else(|| l.branch.clone())
+        .unwrap_or_else(|| format!("{}{name}/", refs_prefix(run)));
+    Some((what, format!("task {name} is not integrated and holds {work} (`harness clean --force` removes it)")))
+}
+
+/// The unintegrated task work an earlier instance of `run` left (worktrees, branches, attempt refs),
+/// each with why it is kept: a new instance of the runId must not start over it (it would reuse
+/// or delete it).
+pub fn left_work(home: &Home, run_wt: &Path, run: &RunId) -> Vec<(String, String)> {
+    leftovers(home, run_wt, run).iter().filter_map(|(name, l)| keeps(run_wt, run, name, l)).collect()
+}
+
 /// Removes the task worktrees, task branches and refs of `run` (its run has ended, or `harness
 /// clean`) — but only of tasks `integrated` says the journal calls integrated, or that hold no
 /// unintegrated work; the rest is kept (and said why) unless `force`.
@@ -344,24 +366,12 @@ pub fn clean_run(
     let mut out = Cleaned::default();
     for (name, l) in by_task {
         let task = TaskId::parse(&name).ok();
-        if !force && !integrated(&name) {
-            let work = match &task {
-                Some(t) => work_of(run_wt, run, t, &l),
-                None => l.worktree.as_ref().map(|_| "a directory named outside the task id grammar".to_string()),
-            };
-            if let Some(work) = work {
-                let what = l
-                    .worktree
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .or_else(|| l.branch.clone())
-                    .unwrap_or_else(|| format!("{}{name}/", refs_prefix(run)));
-                out.kept.push((
-                    what,
-                    format!("task {name} is not integrated and holds {work} (`harness clean --force` removes it)"),
-                ));
-                continue;
-            }
+        if !force
+            && !integrated(&name)
+            && let Some(kept) = keeps(run_wt, run, &name, &l)
+        {
+            out.kept.push(kept);
+            continue;
         }
         if let Some(path) = &l.worktree {
             let branch = task.as_ref().map(|t| of(home, run, t).branch).or_else(|| l.branch.clone());

@@ -409,3 +409,40 @@ fn a_runs_end_and_clean_keep_a_halted_tasks_unintegrated_work_and_say_why_until_
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pruned 1 runs"), "{out}");
 }
+
+#[test]
+fn the_same_plan_run_again_over_an_earlier_runs_kept_work_is_refused_naming_it_and_deletes_nothing() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"again2","max_parallel":2,"tasks":[
+        {"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:shared.txt] [fake-write:a-own.txt]"},
+        {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:shared.txt] [fake-write:b-own.txt]"}]}"#;
+    assert_eq!(run_batch(&b, plan).status.code(), Some(1), "a conflict ends the first run");
+    let v = b.view();
+    let loser = if v["tasks"]["a"]["state"] == "halted" { "a" } else { "b" };
+    let run = b.run_id();
+    let wt = b.home().join("worktrees").join(&run).join(loser);
+    // The user clears the run's files, as the refusal to run a plan twice says, and runs it again.
+    for f in std::fs::read_dir(b.repo().join("runstate")).unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with("again2.") {
+            let _ = std::fs::remove_file(f.path()).or_else(|_| std::fs::remove_dir_all(f.path()));
+        }
+    }
+    let out = run_batch(&b, plan);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "refused: {err}");
+    assert!(err.contains(&wt.display().to_string()) && err.contains("harness clean"), "names the kept work: {err}");
+    assert!(wt.join(format!("{loser}-own.txt")).exists(), "and deletes none of it");
+    assert!(!git(&b.repo(), &["for-each-ref", &format!("refs/harness/{run}/")]).is_empty(), "its refs stay");
+    let (code, out, err) = cli(&b.home(), &["clean", &run, "--force"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for f in std::fs::read_dir(b.repo().join("runstate")).unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with("again2.") {
+            let _ = std::fs::remove_file(f.path()).or_else(|_| std::fs::remove_dir_all(f.path()));
+        }
+    }
+    let out = run_batch(
+        &b,
+        plan.replace("[fake-write:shared.txt] [fake-write:b-own.txt]", "[fake-write:b-own.txt]").as_str(),
+    );
+    assert!(out.status.success(), "after clean --force the plan runs: {}", String::from_utf8_lossy(&out.stderr));
+}
