@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMark {
     ino: u64,
+    /// The modification time at the last look: a log that did not grow but was written since was
+    /// rewritten in place (logs only grow).
+    mtime: (i64, i64),
     /// Length and hash of the first bytes (up to `HEAD`) seen at the first look.
     head: (u64, u64),
 }
@@ -23,7 +26,7 @@ impl FileMark {
     fn of(log: &Path, meta: &std::fs::Metadata, known: Option<&FileMark>) -> FileMark {
         // A mark taken while the file was shorter than HEAD keeps the length it had then.
         let len = known.map_or(meta.len().min(HEAD), |k| k.head.0);
-        FileMark { ino: meta.ino(), head: (len, head_hash(log, len)) }
+        FileMark { ino: meta.ino(), mtime: (meta.mtime(), meta.mtime_nsec()), head: (len, head_hash(log, len)) }
     }
 }
 
@@ -59,9 +62,18 @@ pub fn carry_on(known: Option<(FileMark, Tally)>, adapter: Adapter, log: &Path) 
     let Ok(meta) = std::fs::metadata(log) else { return (None, Tally::new(adapter).usage()) };
     let (mark, tally) = match known {
         Some((mark, t)) if t.offset <= meta.len() && mark.ino == meta.ino() => {
-            // Same inode: the same file only when its first bytes are too (looked at when it grew).
-            let same = t.offset == meta.len() || (mark.head.0 > 0 && FileMark::of(log, &meta, Some(&mark)) == mark);
-            if same && mark.head.0 > 0 { (mark, t) } else { (FileMark::of(log, &meta, None), Tally::new(adapter)) }
+            // Same inode: the same file when it is untouched, or grew and its first bytes are the same.
+            let mtime = (meta.mtime(), meta.mtime_nsec());
+            let same = if t.offset == meta.len() {
+                mark.mtime == mtime
+            } else {
+                mark.head.0 > 0 && FileMark::of(log, &meta, Some(&mark)).head == mark.head
+            };
+            if same && mark.head.0 > 0 {
+                (FileMark { mtime, ..mark }, t)
+            } else {
+                (FileMark::of(log, &meta, None), Tally::new(adapter))
+            }
         }
         _ => (FileMark::of(log, &meta, None), Tally::new(adapter)),
     };
@@ -186,5 +198,10 @@ mod tests {
             .and_then(|mut f| std::io::Write::write_all(&mut f, result("new-session", 0.75).as_bytes()))
             .unwrap();
         assert_eq!(tallies.usage(Adapter::Claude, &log).cost_usd, Some(0.75));
+        // Rewritten in place at the very same length (a `cp` over it): folded afresh too.
+        let same_len = std::fs::read_to_string(&log).unwrap().replace("0.75", "0.99");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&log, same_len).unwrap();
+        assert_eq!(tallies.usage(Adapter::Claude, &log).cost_usd, Some(0.99), "a same-length rewrite was carried on");
     }
 }
