@@ -203,4 +203,19 @@ fn a_journal_replaced_under_the_watch_is_followed_again_from_its_first_line() {
     read(&mut c, &mut resumed, &mut last, Instant::now() + Duration::from_secs(3));
     let lines: Vec<u64> = resumed.iter().map(|e| e["line"].as_u64().unwrap()).collect();
     assert_eq!(lines, vec![1, 2], "{resumed:?}");
+    // Overwritten in place, longer, never shorter on the way (the same inode): still a new journal.
+    let third: String = (0..3)
+        .map(|i| {
+            let r = json!({"v":"runstate/v1","ts":format!("2026-12-02T11:00:0{i}.000Z"),"kind":"run","event":"started","by":"again"});
+            format!("{r}\n")
+        })
+        .collect();
+    let mut f = std::fs::OpenOptions::new().write(true).open(&journal).unwrap();
+    std::io::Write::write_all(&mut f, third.as_bytes()).unwrap();
+    drop(f);
+    let mut again = Vec::new();
+    read(&mut c, &mut again, &mut last, Instant::now() + Duration::from_secs(5));
+    let lines: Vec<u64> = again.iter().map(|e| e["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![1, 2, 3], "the rewritten journal's lines, from its first: {again:?}");
+    assert_eq!(again[0]["record"]["by"], "again");
 }

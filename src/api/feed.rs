@@ -129,9 +129,10 @@ struct Journal {
     path: PathBuf,
     offset: u64,
     lines: u64,
-    /// The file the offset is into: a journal replaced (another inode) or shorter is read again
-    /// from its first line.
+    /// The file the offset is into: a journal replaced (another inode, another first line — its
+    /// `started` record is unique — or shorter) is read again from its first line.
     ino: u64,
+    first: u64,
 }
 
 struct State {
@@ -203,7 +204,8 @@ impl Hub {
             let ino = inode(&path);
             let end = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
             let lines = memchr::memchr_iter(b'\n', &bytes[..end]).count() as u64;
-            journals.insert(run, Journal { path, offset: end as u64, lines, ino });
+            let first = first_line_hash(&bytes[..bytes.len().min(4096)]);
+            journals.insert(run, Journal { path, offset: end as u64, lines, ino, first });
         }
         let v: Vector = journals.iter().map(|(r, j)| (r.clone(), j.lines)).collect();
         let cursor =
@@ -221,15 +223,23 @@ impl Hub {
         };
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         for (run, path) in registered {
-            let j = st.journals.entry(run.clone()).or_insert(Journal { path, offset: 0, lines: 0, ino: 0 });
+            let j = st.journals.entry(run.clone()).or_insert(Journal { path, offset: 0, lines: 0, ino: 0, first: 0 });
             let Ok(meta) = std::fs::metadata(&j.path) else { continue };
             let len = meta.len();
-            if (j.ino != 0 && std::os::unix::fs::MetadataExt::ino(&meta) != j.ino) || len < j.offset {
+            // Only a journal that changed is looked into (its first line: at most a few hundred bytes).
+            let first = if len != j.offset {
+                first_line_hash(&crate::tail::read_from(&j.path, 0, Some(len.min(4096))))
+            } else {
+                j.first
+            };
+            let replaced = j.ino != 0 && std::os::unix::fs::MetadataExt::ino(&meta) != j.ino;
+            if replaced || len < j.offset || (j.offset > 0 && first != j.first) {
                 // Replaced (a re-run over a removed journal) or cut: its lines are new from line 1.
                 tracing::info!(RUN_ID = %run, "a journal was replaced: watching it again from its first line");
                 (j.offset, j.lines) = (0, 0);
             }
             j.ino = std::os::unix::fs::MetadataExt::ino(&meta);
+            j.first = first;
             if len <= j.offset {
                 continue;
             }
@@ -258,6 +268,15 @@ impl Hub {
             }
         }
     }
+}
+
+/// A hash of the first complete line of a journal's head (0: none yet).
+fn first_line_hash(head: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Some(end) = memchr::memchr(b'\n', head) else { return 0 };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    head[..end].hash(&mut h);
+    h.finish()
 }
 
 fn inode(path: &Path) -> u64 {
