@@ -281,6 +281,23 @@ pub fn squash(worktree: &Path, s: &Squash) -> Result<Squashed, SquashError> {
     if end != s.base {
         git(worktree, &["reset", "-q", "--soft", s.base])?;
     }
+    // From here on, a failure puts the branch back at the agent's end (its commits on it, the
+    // files untouched), so a failed commit rewrites no history.
+    let made = commit_squash(worktree, s, &messages, &agent_paths, end == s.base && dirty.is_empty());
+    if made.is_err() && end != s.base {
+        let _ = git(worktree, &["reset", "-q", "--soft", &end]);
+    }
+    made
+}
+
+/// The second half of `squash`: stages the change on the base and commits it.
+fn commit_squash(
+    worktree: &Path,
+    s: &Squash,
+    messages: &str,
+    agent_paths: &[String],
+    untouched: bool,
+) -> Result<Squashed, SquashError> {
     match s.paths {
         None => {
             git(worktree, &["add", "-A"])?;
@@ -300,7 +317,7 @@ pub fn squash(worktree: &Path, s: &Squash) -> Result<Squashed, SquashError> {
     if git(worktree, &["diff", "--cached", "--quiet", s.base]).is_ok() {
         // Reported changed, yet neither committed by the agent nor in the worktree now: the work is
         // not here (a replaced worktree), and "no changes" would hide its loss.
-        if !s.listed.is_empty() && end == s.base && dirty.is_empty() {
+        if !s.listed.is_empty() && untouched {
             return Err(SquashError::Vanished(s.listed.to_vec()));
         }
         return Ok(Squashed::NoChanges);
@@ -848,6 +865,25 @@ mod tests {
             Some(sha.clone())
         );
         assert_eq!(find_own_commit(d.path(), &Owner { run: "r", task: "T1", nonce: Some("other"), since: None }), None);
+    }
+
+    #[test]
+    fn a_refused_commit_leaves_the_agents_commits_on_the_branch() {
+        let (d, base) = repo();
+        agent_commit(d.path(), "b.txt", "agent: add b");
+        let end = head(d.path()).unwrap();
+        std::fs::write(d.path().join("c.txt"), "c\n").unwrap();
+        let hooks = d.path().join(".git/hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\necho lint failed >&2\nexit 1\n").unwrap();
+        std::fs::set_permissions(hooks.join("pre-commit"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let listed = vec!["c.txt".to_string()];
+        let s = Squash { hooks: Hooks::Repo, ..sq(&base, &listed) };
+        let err = squash(d.path(), &s).unwrap_err().to_string();
+        assert!(err.contains("lint failed"), "{err}");
+        assert_eq!(head(d.path()).unwrap(), end, "the branch is where the agent left it");
+        assert!(d.path().join("c.txt").exists());
     }
 
     #[test]
