@@ -140,7 +140,7 @@ fn engine_processes(env: &RealEnv) -> Vec<u32> {
 fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_session() {
     let Some(r) = Real::new() else { return };
     let plan = r#"{"v":"plan/v1","slug":"tool","tasks":[
-        {"id":"A","wave":1,"adapter":"claude","prompt":"Run echo hi and report. [anthropic:tool]","gate":"true"},
+        {"id":"A","wave":1,"adapter":"claude","prompt":"Run echo hi into hi.txt and report. [anthropic:run:echo hi | tee hi.txt]","gate":"true"},
         {"id":"B","wave":2,"adapter":"claude","prompt":"Say hi."}]}"#;
     let mut sup = r.start(plan);
     let api = ApiProc::start(&r.b.home(), &[]);
@@ -150,7 +150,9 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     let events = until_exit(&mut c);
     assert_eq!(sup.wait_exit(T), 0, "{}", r.b.supervisor_log());
     r.b.wait_state("A", "committed", T);
+    // The tool's file is the task's one commit (a turn that changed nothing commits nothing).
     assert_eq!(r.b.commits_of("A"), 1);
+    assert_eq!(files_of(&r.b.repo(), &r.b.commit_of("A")), ["hi.txt"]);
     // Wave 2 ran after A's commit, with its own session; claude quoted A's commit to it, yet it only
     // answered (no tool).
     r.b.wait_state("B", "committed", T);
@@ -187,7 +189,7 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
             "tool_call" => {
                 line["type"] == "assistant"
                     && e["data"]["name"] == "Bash"
-                    && e["data"]["args"]["command"] == "echo hi"
+                    && e["data"]["args"]["command"] == "echo hi | tee hi.txt"
                     && line["message"]["content"][0]["input"] == e["data"]["args"]
             }
             "tool_result" => line["type"] == "user" && e["data"]["output"] == "hi" && e["data"]["is_error"] == false,
@@ -217,7 +219,7 @@ fn claude_tool_turn_streams_every_event_at_its_line_and_keeps_the_assigned_sessi
     let msgs = r.s.requests_to("/v1/messages");
     assert_eq!(msgs.len(), 3, "A: one request per model turn; B: one");
     assert!(
-        msgs[2].body["messages"].to_string().contains("A: Run echo hi and report. [anthropic:tool]"),
+        msgs[2].body["messages"].to_string().contains("A: Run echo hi into hi.txt and report."),
         "B saw A's commit"
     );
     assert!(msgs[1].body["messages"].to_string().contains(r#""content":"hi""#), "tool_result sent: {}", msgs[1].body);
