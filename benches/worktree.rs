@@ -150,6 +150,7 @@ fn integrate_once(repo: &Path, wt: &Path, n: usize, agent_commits: bool) -> Dura
         owner: Owner { run: "bench", task: &task, nonce: Some("0123456789abcdef"), since: Some(&base) },
         attempt: 1,
         hooks: Hooks::Off,
+        keep_history: false,
     };
     let Squashed::Commit(_) = git::squash(wt, &sq).unwrap() else { panic!("no commit") };
     harness::worktree::integrate(repo, wt, Some("main")).unwrap();

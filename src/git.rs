@@ -12,7 +12,7 @@
 //!
 //! Every call is a `git` child process in the worktree; nothing here touches the journal.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +203,10 @@ pub struct Squash<'a> {
     pub owner: Owner<'a>,
     pub attempt: u32,
     pub hooks: Hooks,
+    /// The worktree is the user's checkout (`isolation: shared`), where commits made during the
+    /// turn may be the user's own as well as the agent's: they are never rewritten, and only what
+    /// is left uncommitted becomes the task's commit, on top of them.
+    pub keep_history: bool,
 }
 
 /// How a squash ended.
@@ -212,6 +216,9 @@ pub enum Squashed {
     Commit(String),
     /// The end state equals the base: nothing to commit (and nothing was).
     NoChanges,
+    /// `keep_history`: the turn's own commits hold all of its change, and stay as they are; the
+    /// sha is the branch's head after them.
+    Kept(String),
 }
 
 /// Why a task's change could not be committed. Nothing was deleted in any case.
@@ -270,6 +277,12 @@ pub fn squash(worktree: &Path, s: &Squash) -> Result<Squashed, SquashError> {
     let unmerged = unmerged_paths(worktree);
     if !unmerged.is_empty() {
         return Err(SquashError::Unresolved(unmerged));
+    }
+    if s.keep_history && end != s.base {
+        return match commit_squash(worktree, &Squash { base: &end, ..*s }, "", &[], false)? {
+            Squashed::NoChanges => Ok(Squashed::Kept(end)),
+            made => Ok(made),
+        };
     }
     // The agent's own commits since the base, oldest first.
     let messages = if end != s.base {
@@ -350,6 +363,9 @@ fn commit_squash(
 /// The last `n` non-empty lines of `text` joined with " | ", at most `max` characters.
 fn tail_lines(text: &str, n: usize, max: usize) -> String {
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if lines.is_empty() {
+        return "(it printed nothing)".into();
+    }
     let t = lines[lines.len().saturating_sub(n)..].join(" | ");
     if t.chars().count() > max { t.chars().skip(t.chars().count() - max).collect() } else { t }
 }
@@ -607,8 +623,9 @@ pub fn snapshot(worktree: &Path, parent: &str, message: &str) -> Result<String, 
 
 /// Applies the change of `attempt` (a commit on an older base) to the worktree, whose HEAD is the
 /// newer tip, as uncommitted changes: paths that do not conflict as they were, conflicting ones
-/// with git's conflict markers. Nothing is committed; the index is left at HEAD. Returns the
-/// conflicting paths, each with how it conflicts and the tip's commit that last changed it.
+/// with git's conflict markers, and those git has no markers for unmerged in the index. Nothing is
+/// committed; the index is otherwise left at HEAD. Returns the conflicting paths, each with how it
+/// conflicts and the tip's commit that last changed it.
 pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<String>, GitError> {
     if git_as(worktree, Hooks::Off, &["cherry-pick", "--no-commit", attempt]).is_ok() {
         git(worktree, &["reset", "-q"])?;
@@ -622,14 +639,27 @@ pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<Strin
             detail: "failed without a conflict".into(),
         });
     }
-    // The sequencer's state goes; the files (with their markers) stay, unstaged.
+    // A conflict git could not write markers for (a binary file, a path deleted on one side) stays
+    // unmerged in the index, both sides at hand (`git checkout --ours/--theirs`), so that nothing
+    // is committed until the agent decides (`git add`/`git rm`); the rest is unstaged, markers in
+    // the files.
+    let markerless: Vec<String> =
+        conflicts.iter().map(|c| conflict_path_of(c).to_string()).filter(|p| !c_has_markers(worktree, p)).collect();
+    let mut stages = String::new();
+    for p in &markerless {
+        stages.push_str(&git(worktree, &["ls-files", "-u", "-z", "--", p])?);
+    }
     git(worktree, &["reset", "-q"])?;
     let _ = git(worktree, &["cherry-pick", "--quit"]);
+    if !stages.is_empty() {
+        restore_unmerged(worktree, &markerless, &stages)?;
+    }
     let tip = head(worktree)?;
     Ok(conflicts
         .into_iter()
         .map(|c| {
-            let path = c.rsplit_once(" (").map_or(c.as_str(), |(p, _)| p);
+            let path = conflict_path_of(&c).to_string();
+            let c = if markerless.contains(&path) { format!("{c}, unmerged in the index") } else { c };
             let by = git(
                 worktree,
                 &[
@@ -638,7 +668,7 @@ pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<Strin
                     "--format=%h %(trailers:key=Harness-Task,valueonly,separator=)",
                     &format!("{old_base}..{tip}"),
                     "--",
-                    path,
+                    &path,
                 ],
             )
             .ok()
@@ -657,7 +687,63 @@ pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<Strin
         .collect())
 }
 
-/// The unmerged paths of a stopped rebase, each with how it conflicts (`shared.txt (both added)`).
+/// The path of a conflict as `conflicted_paths` describes it (`shared.txt (both added), …`).
+pub fn conflict_path_of(c: &str) -> &str {
+    c.rsplit_once(" (").map_or(c, |(p, _)| p)
+}
+
+/// True when the file at `path` holds a git conflict marker line.
+fn c_has_markers(worktree: &Path, path: &str) -> bool {
+    !conflict_marked(worktree, &[path.to_string()]).is_empty()
+}
+
+/// Puts the unmerged index entries `stages` (`git ls-files -u -z` of `paths`) back after a reset:
+/// each path's stage-0 entry is removed first, as `git update-index --index-info` asks.
+fn restore_unmerged(worktree: &Path, paths: &[String], stages: &str) -> Result<(), GitError> {
+    let mut input = String::new();
+    for p in paths {
+        input.push_str(&format!("0 {}\t{p}\0", "0".repeat(40)));
+    }
+    input.push_str(stages);
+    let mut child = std::process::Command::new("git")
+        .arg("-C")
+        .arg(worktree)
+        .args(["update-index", "-z", "--index-info"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| GitError::Failed { args: "update-index --index-info".into(), detail: e.to_string() })?;
+    use std::io::Write;
+    let wrote = child.stdin.take().map(|mut i| i.write_all(input.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| GitError::Failed { args: "update-index --index-info".into(), detail: e.to_string() })?;
+    match (wrote, out.status.success()) {
+        (Some(Ok(())), true) => Ok(()),
+        _ => Err(GitError::Failed {
+            args: "update-index -z --index-info".into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }),
+    }
+}
+
+/// The worktree's own git directory (`<common dir>/worktrees/<name>` for a linked worktree): files
+/// kept there go when the worktree is removed.
+pub fn own_git_dir(worktree: &Path) -> Result<PathBuf, GitError> {
+    Ok(PathBuf::from(git(worktree, &["rev-parse", "--absolute-git-dir"])?.trim()))
+}
+
+/// Puts a worktree back at its HEAD: index and files as committed, untracked files removed
+/// (ignored ones kept).
+pub fn reset_to_head(worktree: &Path) -> Result<(), GitError> {
+    git(worktree, &["reset", "-q", "--hard", "HEAD"])?;
+    git(worktree, &["clean", "-q", "-f", "-d"])?;
+    Ok(())
+}
+
+/// The unmerged paths of a stopped rebase or cherry-pick, each with how it conflicts
+/// (`shared.txt (both added)`). In both, "ours" is the run's tip and "theirs" the task's change.
 fn conflicted_paths(worktree: &Path) -> Vec<String> {
     let Ok(out) = git(worktree, &["status", "--porcelain=v1", "-z"]) else { return vec![] };
     out.split('\0')
@@ -667,10 +753,10 @@ fn conflicted_paths(worktree: &Path) -> Vec<String> {
                 "AA" => "both added",
                 "UU" => "both modified",
                 "DD" => "both deleted",
-                "AU" => "added by us",
-                "UA" => "added by them",
-                "DU" => "deleted by us",
-                "UD" => "deleted by them",
+                "AU" => "added on the tip",
+                "UA" => "added by the task",
+                "DU" => "deleted on the tip, changed by the task",
+                "UD" => "changed on the tip, deleted by the task",
                 _ => return None,
             };
             Some(format!("{} ({how})", &e[3..]))
@@ -841,6 +927,7 @@ mod tests {
             owner: Owner { run: "r", task: "T1", nonce: Some("n1"), since: None },
             attempt: 1,
             hooks: Hooks::Off,
+            keep_history: false,
         }
     }
 

@@ -114,24 +114,65 @@ pub struct Ready<'a> {
 /// How a turn's worktree was made ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
-    /// Made afresh from the run's tip (`setup` runs in it), or the task's earlier work continued.
-    pub fresh: bool,
     /// The commit the worktree started from.
     pub base: String,
-    /// An earlier attempt applied to the fresh worktree, and its conflicting paths (each with how it
-    /// conflicts and against whose commit).
-    pub carried: Option<(String, Vec<String>)>,
+    /// An earlier attempt to apply to the worktree (`apply_carry`) once `setup` has run on the
+    /// clean tip.
+    pub carry: Option<Carry>,
+}
+
+/// An earlier attempt of the task, to be carried into its new worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carry {
+    /// The attempt's commit (kept at its attempt ref).
+    pub sha: String,
+    /// The base that attempt started from.
+    pub old_base: String,
+    /// Its conflicting paths with the new base, each with how and against whose commit (found by
+    /// applying it once and putting the worktree back, so the journal has them before the files
+    /// change).
+    pub conflicts: Vec<String>,
+}
+
+/// Files in the task worktree's own git directory (they go with the worktree): the attempt carried
+/// into it, with its conflicts, one per line after the sha; and that `setup` succeeded in it.
+const CARRIED_FILE: &str = "harness-carried";
+const SETUP_FILE: &str = "harness-setup-done";
+
+fn state_file(t: &TaskTree, name: &str) -> Option<PathBuf> {
+    git::own_git_dir(&t.path).ok().map(|d| d.join(name))
+}
+
+/// The attempt carried into `t` and its conflicts, when the carry finished.
+pub fn carried(t: &TaskTree) -> Option<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(state_file(t, CARRIED_FILE)?).ok()?;
+    let mut lines = text.lines();
+    let sha = lines.next()?.trim().to_string();
+    Some((sha, lines.map(str::to_string).collect()))
+}
+
+/// True when the plan's `setup` has not yet succeeded in `t`.
+pub fn needs_setup(t: &TaskTree) -> bool {
+    state_file(t, SETUP_FILE).is_none_or(|f| !f.exists())
+}
+
+/// Records that `setup` succeeded in `t`.
+pub fn setup_done(t: &TaskTree) -> std::io::Result<()> {
+    let f = state_file(t, SETUP_FILE).ok_or_else(|| std::io::Error::other("not a git worktree"))?;
+    std::fs::write(f, b"")
 }
 
 /// Makes `t` ready for a turn: reused when it is a healthy worktree holding no commit of the task's
 /// (its earlier turn's work, uncommitted), else made afresh from `run_wt`'s HEAD — with the task's
-/// previous attempt (its unintegrated commit, plus anything left beside it) kept as an attempt ref
-/// and applied on top. A worktree half-made by a killed `git worktree add` is made afresh too.
+/// previous attempt (its unintegrated commit, plus anything left beside it) kept as an attempt ref,
+/// to be applied on top (`apply_carry`). A worktree half-made by a killed `git worktree add` is made
+/// afresh too, and one a supervisor died in before its carry finished is put back at its base.
 pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitError> {
     let _admin = admin_lock(run_wt)?;
     settle(t);
     let base_name = base_ref(r.run, r.task);
     let known_base = git::ref_sha(run_wt, &base_name);
+    let latest = attempts(run_wt, r.run, r.task).pop().filter(|(_, sha)| belongs(run_wt, sha, r));
     let mut carry_from: Option<(String, String)> = None;
     if git::worktree_healthy(&t.path) {
         let base = match &known_base {
@@ -143,10 +184,30 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
         let own_commit = git::find_own_commit(&t.path, &owner)
             .filter(|sha| git::find_own_commit(run_wt, &git::Owner { since: None, ..owner }).as_deref() != Some(sha));
         if own_commit.is_none() {
+            if let Some((_, sha)) = latest.filter(|(_, sha)| carried(t).is_none_or(|(c, _)| &c != sha)) {
+                // Made for a redo whose carry never finished (its supervisor died): no turn ran in
+                // it, so it goes back to where it was made and the carry starts over. Whatever it
+                // holds is kept first (`set-aside`), should that ever be more than a half carry.
+                if !git::changed_files(&t.path).is_empty() {
+                    let head = git::head(&t.path)?;
+                    let snap = git::snapshot(&t.path, &head, &format!("harness: set aside from {}", r.task))?;
+                    git::set_ref(run_wt, &format!("{}set-aside", task_refs(r.run, r.task)), &snap)?;
+                    tracing::warn!(task = %r.task, sha = %snap, "a half-finished carry was set aside and starts over");
+                }
+                git::reset_to_head(&t.path)?;
+                if let Some(f) = state_file(t, SETUP_FILE) {
+                    let _ = std::fs::remove_file(f);
+                }
+                let head = git::head(&t.path)?;
+                git::set_ref(run_wt, &base_name, &head)?;
+                let old_base = git::run(run_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
+                let conflicts = dry_carry(&t.path, &sha, &old_base)?;
+                return Ok(Prepared { base: head, carry: Some(Carry { sha, old_base, conflicts }) });
+            }
             if known_base.as_deref() != Some(base.as_str()) {
                 git::set_ref(run_wt, &base_name, &base)?;
             }
-            return Ok(Prepared { fresh: false, base, carried: None });
+            return Ok(Prepared { base, carry: None });
         }
         // A redo after the task's commit failed to integrate: its whole state is kept first.
         let n = attempts(run_wt, r.run, r.task).last().map_or(1, |(n, _)| n + 1);
@@ -161,29 +222,57 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
             git::set_ref(run_wt, &attempt_ref(r.run, r.task, n), &snap)?;
         }
         carry_from = Some((snap, base));
-    } else if let Some((_, sha)) = attempts(run_wt, r.run, r.task).last() {
+    } else if let Some((_, sha)) = latest {
         // No worktree, but a kept attempt of this run instance: the redo starts with it.
-        if belongs(run_wt, sha, r) {
-            let parent = git::run(run_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
-            carry_from = Some((sha.clone(), parent));
-        }
+        let parent = git::run(run_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
+        carry_from = Some((sha, parent));
     }
     git::worktree_remove(run_wt, &t.path, &t.branch)?;
     if let Some(dir) = t.path.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| GitError::Failed { args: format!("mkdir {}", dir.display()), detail: e.to_string() })?;
     }
+    // The base goes first: a worktree that exists always has its base recorded.
     let tip = git::head(run_wt)?;
-    git::worktree_add(run_wt, &t.path, &t.branch, &tip, r.hooks)?;
     git::set_ref(run_wt, &base_name, &tip)?;
-    let carried = match carry_from {
+    git::worktree_add(run_wt, &t.path, &t.branch, &tip, r.hooks)?;
+    let carry = match carry_from {
         Some((sha, old_base)) => {
-            let conflicts = git::carry(&t.path, &sha, &old_base)?;
-            Some((sha, conflicts))
+            let conflicts = dry_carry(&t.path, &sha, &old_base)?;
+            Some(Carry { sha, old_base, conflicts })
         }
         None => None,
     };
-    Ok(Prepared { fresh: true, base: tip, carried })
+    Ok(Prepared { base: tip, carry })
+}
+
+/// The conflicts carrying `sha` into the fresh worktree at `path` would have: applied once, then
+/// the worktree is put back at its HEAD.
+fn dry_carry(path: &Path, sha: &str, old_base: &str) -> Result<Vec<String>, GitError> {
+    let conflicts = git::carry(path, sha, old_base);
+    git::reset_to_head(path)?;
+    conflicts
+}
+
+/// Applies the prepared carry to `t` (after `setup` ran on the clean tip), once: a carry already
+/// finished in this worktree is not applied again. Returns its conflicts.
+pub fn apply_carry(t: &TaskTree, c: &Carry) -> Result<Vec<String>, GitError> {
+    if let Some((_, conflicts)) = carried(t).filter(|(sha, _)| sha == &c.sha) {
+        return Ok(conflicts);
+    }
+    let conflicts = git::carry(&t.path, &c.sha, &c.old_base)?;
+    let fail = |e: std::io::Error| GitError::Failed { args: format!("write {CARRIED_FILE}"), detail: e.to_string() };
+    let f = state_file(t, CARRIED_FILE)
+        .ok_or_else(|| GitError::Failed { args: "rev-parse --absolute-git-dir".into(), detail: "no git dir".into() })?;
+    let mut text = format!("{}\n", c.sha);
+    for l in &conflicts {
+        text.push_str(l);
+        text.push('\n');
+    }
+    let tmp = f.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(fail)?;
+    std::fs::rename(&tmp, &f).map_err(fail)?;
+    Ok(conflicts)
 }
 
 /// True when `sha` carries this run instance's trailers (an attempt of an earlier instance of the
@@ -399,4 +488,90 @@ pub fn clean_run(
     git::run(run_wt, &["worktree", "prune"])?;
     let _ = std::fs::remove_dir(home.worktrees_dir(run));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(dir: &Path, args: &[&str]) -> String {
+        let mut all = vec!["-c", "user.name=t", "-c", "user.email=t@localhost"];
+        all.extend(args);
+        git::run(dir, &all).unwrap().trim().to_string()
+    }
+
+    fn write_commit(dir: &Path, files: &[(&str, &str)], msg: &str) {
+        for (f, text) in files {
+            std::fs::write(dir.join(f), text).unwrap();
+            g(dir, &["add", f]);
+        }
+        g(dir, &["commit", "-q", "-m", msg]);
+    }
+
+    /// A supervisor that dies while a redo's carry is half applied: the next `prepare` sets the half
+    /// aside, puts the worktree back at its base and carries again; once the carry finished, the
+    /// worktree (with the carried change and its markers) is reused as it is.
+    #[test]
+    fn a_carry_cut_short_starts_over_and_a_finished_one_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        g(&repo, &["init", "-q", "-b", "main"]);
+        write_commit(&repo, &[("README", "r\n")], "first");
+        let (run, task) = (RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap());
+        let r = Ready { run: &run, task: &task, nonce: Some("n1"), hooks: Hooks::Off };
+        let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
+        let first = prepare(&repo, &t, &r).unwrap();
+        assert_eq!(first.carry, None);
+        let owner = git::Owner { run: "0123456789ab--r", task: "T", nonce: Some("n1"), since: None };
+        let msg = format!("T: work\n\n{}", git::trailers(&owner, 1));
+        write_commit(&t.path, &[("own.txt", "own\n"), ("shared.txt", "task\n")], &msg);
+        write_commit(&repo, &[("shared.txt", "tip\n")], "other task");
+        let tip = git::head(&repo).unwrap();
+
+        let redo = prepare(&repo, &t, &r).unwrap();
+        let carry = redo.carry.clone().expect("the redo carries the attempt");
+        assert_eq!(redo.base, tip);
+        assert!(carry.conflicts[0].starts_with("shared.txt (both added)"), "{:?}", carry.conflicts);
+        assert!(git::changed_files(&t.path).is_empty(), "the dry run left the worktree clean");
+        // Killed mid-carry: the files changed, the carry was never recorded.
+        let _ = git::carry(&t.path, &carry.sha, &carry.old_base);
+        std::fs::write(t.path.join("stray.txt"), "x\n").unwrap();
+        let again = prepare(&repo, &t, &r).unwrap();
+        assert_eq!(again.carry.as_ref().map(|c| &c.sha), Some(&carry.sha));
+        assert_eq!(again.base, tip);
+        assert!(git::changed_files(&t.path).is_empty(), "back at its base: {:?}", git::changed_files(&t.path));
+        let aside =
+            git::ref_sha(&repo, "refs/harness/0123456789ab--r/T/set-aside").expect("the half carry is set aside");
+        assert!(g(&repo, &["show", "--name-only", "--format=", &aside]).contains("stray.txt"));
+
+        let conflicts = apply_carry(&t, again.carry.as_ref().unwrap()).unwrap();
+        assert_eq!(conflicts, carry.conflicts);
+        assert!(std::fs::read_to_string(t.path.join("shared.txt")).unwrap().contains("<<<<<<< "));
+        let reused = prepare(&repo, &t, &r).unwrap();
+        assert_eq!(reused, Prepared { base: tip.clone(), carry: None });
+        assert_eq!(std::fs::read_to_string(t.path.join("own.txt")).unwrap(), "own\n", "the carried change stays");
+        assert_eq!(apply_carry(&t, &carry).unwrap(), carry.conflicts, "a finished carry is not applied twice");
+        assert!(std::fs::read_to_string(t.path.join("shared.txt")).unwrap().contains("<<<<<<< "));
+    }
+
+    /// `setup` is owed until it succeeded once in the worktree, whatever restarts come between.
+    #[test]
+    fn setup_is_owed_until_it_succeeded_in_the_worktree() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        g(&repo, &["init", "-q", "-b", "main"]);
+        write_commit(&repo, &[("README", "r\n")], "first");
+        let (run, task) = (RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap());
+        let r = Ready { run: &run, task: &task, nonce: None, hooks: Hooks::Off };
+        let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
+        prepare(&repo, &t, &r).unwrap();
+        assert!(needs_setup(&t));
+        prepare(&repo, &t, &r).unwrap();
+        assert!(needs_setup(&t), "a reused worktree whose setup failed still owes it");
+        setup_done(&t).unwrap();
+        prepare(&repo, &t, &r).unwrap();
+        assert!(!needs_setup(&t));
+    }
 }

@@ -112,7 +112,8 @@ fn a_turn_that_changes_nothing_and_a_verdict_seat_commit_nothing_and_say_so() {
 #[test]
 fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_markers_are_never_committed() {
     let b = Bench::new();
-    let plan = r#"{"v":"plan/v1","slug":"redo","max_parallel":2,"tasks":[
+    // The setup refuses conflict markers: it runs on the clean tip, before the attempt is carried in.
+    let plan = r#"{"v":"plan/v1","slug":"redo","max_parallel":2,"setup":"! grep -qs '^<<<<<<< ' shared.txt","tasks":[
         {"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:shared.txt] [fake-write:a-own.txt]"},
         {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:shared.txt] [fake-write:b-own.txt]"}]}"#;
     let _sup = b.start_supervised(plan, "success", &["--linger", "2m"]);
@@ -165,6 +166,86 @@ fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_mar
         git(&b.repo(), &["for-each-ref", &format!("refs/harness/{run}/")]).is_empty(),
         "attempt refs go once integrated"
     );
+    assert_no_empty_commit(&b.repo());
+    assert_journal_valid(&b.journal());
+}
+
+/// Runs `a` and `b` in parallel, both writing `path` (and their own files), until one commits and the
+/// other halts on the conflict; returns the supervisor, the winner and the loser.
+fn conflict_between_two(b: &Bench, slug: &str, write: &str) -> (Proc, String, String) {
+    let plan = format!(
+        r#"{{"v":"plan/v1","slug":"{slug}","max_parallel":2,"tasks":[
+        {{"id":"a","wave":1,"adapter":"claude","prompt":"a {write} [fake-write:a-own.txt]"}},
+        {{"id":"b","wave":1,"adapter":"claude","prompt":"b {write} [fake-write:b-own.txt]"}}]}}"#
+    );
+    let sup = b.start_supervised(&plan, "success", &["--linger", "2m"]);
+    let settled = wait_for(T, || {
+        let v = b.view();
+        let s = |t: &str| v["tasks"][t]["state"].as_str().unwrap_or("").to_string();
+        (s("a") == "committed" && s("b") == "halted" || s("b") == "committed" && s("a") == "halted").then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no commit + conflict: {:#}\n{}", b.view()["tasks"], b.supervisor_log()));
+    let (w, l) = if settled["tasks"]["a"]["state"] == "committed" { ("a", "b") } else { ("b", "a") };
+    (sup, w.into(), l.into())
+}
+
+#[test]
+fn a_binary_conflict_has_no_markers_so_its_redo_commits_only_once_the_agent_resolved_it() {
+    let b = Bench::new();
+    let (_sup, winner, loser) = conflict_between_two(&b, "bin", "[fake-binary:logo.bin]");
+    let steer = |msg: &str| {
+        let r = control(&b.sock(), &serde_json::json!({"verb":"steer","task":loser,"msg":msg}));
+        assert_eq!(r["ok"], true, "{r}");
+    };
+    // A redo that leaves the binary conflict alone is not committed (git wrote no marker to find).
+    steer("try again");
+    let detail = wait_for(T, || {
+        let v = b.view();
+        let t = &v["tasks"][loser.as_str()];
+        (t["state"] == "halted" && t["attempts"] == 2).then(|| t["detail"].as_str().unwrap_or("").to_string())
+    })
+    .unwrap_or_else(|| panic!("{:#}\n{}", b.view()["tasks"], b.supervisor_log()));
+    assert!(detail.contains("unresolved conflicts in logo.bin"), "{detail}");
+    let prompt = std::fs::read_to_string(b.repo().join(format!("runstate/bin.prompts/{loser}.2.txt"))).unwrap();
+    let winner_sha = git(&b.repo(), &["rev-parse", "--short=7", &b.commit_of(&winner)]);
+    assert!(
+        prompt
+            .contains(&format!("logo.bin (both added), unmerged in the index, against {winner_sha} of task {winner}")),
+        "the prompt names the markerless conflict:\n{prompt}"
+    );
+    // The agent takes its own earlier version: that, and its own file, land.
+    steer("take yours [fake-theirs:logo.bin]");
+    b.wait_state(&loser, "committed", T);
+    let sha = b.commit_of(&loser);
+    assert_eq!(files_of(&b.repo(), &sha), strings(&[&format!("{loser}-own.txt"), "logo.bin"]));
+    let logo = std::fs::read(b.repo().join("logo.bin")).unwrap();
+    assert!(
+        logo.starts_with(b"binary\0of task ")
+            && logo.windows(loser.len() + 5).any(|w| w == format!("task {loser}").as_bytes()),
+        "the loser's own binary is on the branch: {:?}",
+        String::from_utf8_lossy(&logo)
+    );
+    assert_no_empty_commit(&b.repo());
+}
+
+#[test]
+fn with_shared_isolation_the_turns_own_commits_are_kept_as_made_and_the_rest_commits_on_top() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"sh","isolation":"shared","max_parallel":1,"tasks":[
+        {"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-commit:mine.txt] [fake-write:rest.txt]"},
+        {"id":"B","wave":2,"adapter":"claude","prompt":"b [fake-commit:only.txt]"}]}"#;
+    let out = run_batch(&b, plan);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The commits made in the user's checkout are never rewritten: each is on the branch as made.
+    let log = git(&b.repo(), &["log", "--format=%s"]);
+    assert!(log.contains("agent: commit mine.txt") && log.contains("agent: commit only.txt"), "{log}");
+    // A's commit holds what was left uncommitted, on top of the agent's.
+    assert_eq!(files_of(&b.repo(), &b.commit_of("A")), ["rest.txt"]);
+    // B committed everything itself: `committed` names the branch's head after its commit.
+    let v = b.view();
+    let b_sha = v["tasks"]["B"]["sha"].as_str().unwrap().to_string();
+    assert_eq!(git(&b.repo(), &["log", "-1", "--format=%s", &b_sha]), "agent: commit only.txt");
+    assert!(v["tasks"]["B"]["detail"].as_str().unwrap().contains("never rewrites"), "{}", v["tasks"]["B"]);
     assert_no_empty_commit(&b.repo());
     assert_journal_valid(&b.journal());
 }

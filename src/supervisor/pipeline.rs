@@ -405,9 +405,9 @@ async fn turn(
     leased.detail = note;
     if let Ok(p) = &prepared {
         leased.base = Some(p.base.clone());
-        leased.carried = p.carried.as_ref().map(|(sha, conflicts)| crate::journal::Carried {
-            sha: sha.clone(),
-            conflicts: conflicts.iter().map(|c| conflict_path(c).to_string()).collect(),
+        leased.carried = p.carry.as_ref().map(|c| crate::journal::Carried {
+            sha: c.sha.clone(),
+            conflicts: c.conflicts.iter().map(|c| conflict_path(c).to_string()).collect(),
         });
     }
     ctx.append(leased)?;
@@ -417,14 +417,33 @@ async fn turn(
     };
     ctx.check_killed(id, known_session.clone())?;
     let cwd = ctx.cwd(id);
-    if prepared.fresh
-        && let (Some(setup), Some(_)) = (&ctx.plan.setup, ctx.tree(id))
-    {
-        run_setup(ctx, task, setup, &cwd, known_session.clone()).await?;
+    if let Some(tree) = ctx.tree(id) {
+        // `setup` runs on the clean tip, before an earlier attempt (and its conflict markers) is
+        // carried in; it runs until it has succeeded once in this worktree.
+        if worktree::needs_setup(&tree) {
+            if let Some(setup) = &ctx.plan.setup {
+                run_setup(ctx, task, setup, &cwd, known_session.clone()).await?;
+            }
+            if let Err(e) = worktree::setup_done(&tree) {
+                tracing::warn!(task = %id, error = %e, "cannot record that setup ran (it runs again next turn)");
+            }
+        }
     }
-    let prompt = match &prepared.carried {
-        Some((sha, conflicts)) => carried_prompt(sha, conflicts, prompt),
-        None => prompt.to_string(),
+    let prompt = match (&prepared.carry, ctx.tree(id)) {
+        (Some(c), Some(tree)) => {
+            let conflicts = match blocking(|| worktree::apply_carry(&tree, c)) {
+                Ok(conflicts) => conflicts,
+                Err(e) => {
+                    let detail = format!(
+                        "cannot carry the earlier attempt {} into the task worktree: {e}",
+                        crate::git::short(&c.sha)
+                    );
+                    return Err(ctx.halt(id, 1, detail, known_session));
+                }
+            };
+            carried_prompt(&c.sha, &conflicts, prompt)
+        }
+        _ => prompt.to_string(),
     };
     let prompt = prompt.as_str();
     let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.txt"), &known_session)?;
@@ -701,9 +720,10 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
     ctx.append(r)
 }
 
-/// The path of a conflict as `git::carry` describes it (`shared.txt (both added), against …`).
+/// The path of a conflict as `git::carry` describes it (`shared.txt (both added), against …`; what
+/// follows the last `)` names a commit and a task id, which hold no parenthesis).
 fn conflict_path(c: &str) -> &str {
-    c.split_once(" (").map_or(c, |(p, _)| p)
+    crate::git::conflict_path_of(c.rfind(')').map_or(c, |i| &c[..=i]))
 }
 
 /// The prompt of a redo that starts with its earlier attempt applied.
@@ -716,7 +736,13 @@ fn carried_prompt(sha: &str, conflicts: &[String], prompt: &str) -> String {
     if conflicts.is_empty() {
         s.push_str(" (it applied cleanly).");
     } else {
-        s.push_str(". These paths conflict and hold git's conflict markers: resolve each (keep what both sides need), and leave no marker:\n");
+        s.push_str(
+            ". These paths conflict with the tip: resolve each, keeping what both sides need. A path holding git's \
+             conflict markers must be left with none; one unmerged in the index (no markers: a binary file, or \
+             deleted on one side) has both versions at hand (`git checkout --ours PATH` is the tip's, `--theirs` \
+             your earlier attempt's): put the right content in place and `git add` it (or `git rm` it). Nothing is \
+             committed while a marker or an unmerged path is left:\n",
+        );
         for c in conflicts {
             s.push_str(&format!("- {c}\n"));
         }
@@ -841,6 +867,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
             owner,
             attempt,
             hooks: ctx.hooks,
+            keep_history: shared,
         };
         crate::git::squash(&wt, &sq).map(|s| (s, false)).map_err(|e| e.to_string())
     });
@@ -848,14 +875,15 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         Ok(r) => r,
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
-    let sha = match made {
+    let (sha, kept) = match made {
         crate::git::Squashed::NoChanges => {
             let done =
                 commit_nothing(ctx, id, "no changes: the task's end state equals its base; nothing was committed")?;
             remove_worktree(ctx, id).await;
             return Ok(done);
         }
-        crate::git::Squashed::Commit(sha) => sha,
+        crate::git::Squashed::Commit(sha) => (sha, false),
+        crate::git::Squashed::Kept(sha) => (sha, true),
     };
     if !shared {
         tracing::info!(RUN_ID = %ctx.run_id, TASK = %id, sha = %sha, adopted, "committed in the task worktree");
@@ -869,6 +897,11 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     r.sha = Some(sha);
     if adopted {
         r.detail = Some("the commit already existed (made before a supervisor restart): adopted".into());
+    } else if kept {
+        r.detail = Some(
+            "the turn committed all of its change itself: its commits stay as they are (isolation: shared never rewrites the checkout's history)"
+                .into(),
+        );
     }
     ctx.append(r)?;
     Ok(Committed::Done)
@@ -949,7 +982,7 @@ async fn workspace(ctx: &Ctx, task: &Task) -> Result<worktree::Prepared, String>
     let Some(tree) = ctx.tree(id) else {
         let wt = ctx.pointer.worktree.clone();
         return blocking(|| crate::git::head(&wt))
-            .map(|base| worktree::Prepared { fresh: false, base, carried: None })
+            .map(|base| worktree::Prepared { base, carry: None })
             .map_err(|e| format!("cannot read the run's tip: {e}"));
     };
     let (run_wt, t, run, tid) = (ctx.pointer.worktree.clone(), tree.clone(), ctx.run_id.clone(), id.clone());
