@@ -139,13 +139,13 @@ pub enum Data<'a> {
         session: Option<Cow<'a, str>>,
     },
     /// A message the operator (or the plan's prompt) put into a live turn, at the line where the
-    /// engine took it into the conversation; `id` is the steer's id (added with the live channel).
+    /// engine took it into the conversation; `id` is the steer's id.
     Input {
         id: Option<Cow<'a, str>>,
         text: Cow<'a, str>,
     },
     /// A tool call asked of the operator on the live channel (claude's `can_use_tool`), at the line
-    /// where claude asked; `id` is the approval's id, `state` is `pending` (added with approvals).
+    /// where claude asked; `id` is the approval's id, `state` is `pending`.
     Approval {
         id: Option<Cow<'a, str>>,
         tool: Cow<'a, str>,

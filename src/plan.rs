@@ -266,6 +266,116 @@ fn parse_approvals(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Op
     }
 }
 
+/// An optional string field that must hold something when present (else `why` is reported).
+fn opt_text(v: Option<&Value>, why: &str, errs: &mut Vec<String>) -> Option<String> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+        Some(_) => {
+            errs.push(why.into());
+            None
+        }
+    }
+}
+
+/// `isolation`: `worktree` or `shared` (which needs `max_parallel: 1`).
+fn parse_isolation(v: Option<&Value>, max_parallel: Option<u32>, errs: &mut Vec<String>) -> Option<Isolation> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "worktree" => Some(Isolation::Worktree),
+        Some(Value::String(s)) if s == "shared" => {
+            if max_parallel != Some(1) {
+                errs.push(format!(
+                    "isolation: \"shared\" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel {}",
+                    max_parallel.map_or("absent (default 4)".to_string(), |n| n.to_string())
+                ));
+            }
+            Some(Isolation::Shared)
+        }
+        Some(v) => {
+            errs.push(format!("isolation: expected \"worktree\" or \"shared\", got {v}"));
+            None
+        }
+    }
+}
+
+/// `approval_timeout`: 1 s to 24 h, as seconds or a duration string.
+fn parse_approval_timeout(v: Option<&Value>, errs: &mut Vec<String>) -> Option<u64> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) => n.as_u64(),
+        Some(Value::String(s)) => match humantime::parse_duration(s) {
+            Ok(d) if (1..=86_400).contains(&d.as_secs()) => Some(d.as_secs()),
+            _ => {
+                errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {s:?}"));
+                None
+            }
+        },
+        Some(v) => {
+            errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {v}"));
+            None
+        }
+    }
+}
+
+/// `session`: `{idle_s, prompt}`.
+fn parse_session(v: Option<&Value>, errs: &mut Vec<String>) -> Option<Session> {
+    match v {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(o)) => {
+            let idle_s = o.get("idle_s").and_then(Value::as_u64).filter(|n| (1..=7 * 86_400).contains(n));
+            let prompt = o.get("prompt").and_then(Value::as_bool);
+            if let Some(k) = o.keys().find(|k| !["idle_s", "prompt"].contains(&k.as_str())) {
+                errs.push(format!("session: unknown field {k:?}"));
+            }
+            match (idle_s, prompt) {
+                (Some(idle_s), Some(prompt)) => Some(Session { idle_s, prompt }),
+                _ => {
+                    errs.push("session: needs idle_s (1 s to 7 days) and prompt (boolean)".into());
+                    None
+                }
+            }
+        }
+        Some(v) => {
+            errs.push(format!("session: must be an object {{idle_s, prompt}}, got {v}"));
+            None
+        }
+    }
+}
+
+/// `tasks`: each parsed (its errors named by index and id), ids unique, waves 1..=max with no gap.
+fn parse_tasks(v: Option<&Value>, errs: &mut Vec<String>) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
+    let mut waves_seen = HashSet::new();
+    match v.and_then(Value::as_array) {
+        None => errs.push("tasks: missing (array)".into()),
+        Some(a) if a.is_empty() => errs.push("tasks: empty (a plan needs at least one task)".into()),
+        Some(a) => {
+            let mut seen = HashSet::new();
+            for (i, t) in a.iter().enumerate() {
+                if let Some(w) = t.get("wave").and_then(Value::as_u64).filter(|w| (1..=10_000).contains(w)) {
+                    waves_seen.insert(w as u32);
+                }
+                if let Some(task) = parse_task(i, t, errs) {
+                    if !seen.insert(task.id.clone()) {
+                        errs.push(format!("tasks[{i}] ({}): duplicate id", task.id));
+                    }
+                    tasks.push(task);
+                }
+            }
+        }
+    }
+    if let Some(&max) = waves_seen.iter().max() {
+        for w in 1..=max {
+            if !waves_seen.contains(&w) {
+                errs.push(format!("wave {w} is empty (waves must be 1..={max} with no gap)"));
+            }
+        }
+    }
+    tasks
+}
+
 /// Rules in claude's syntax: one string (`"Read Bash(npm test:*)"`, split where claude splits it) or a
 /// list of rules.
 fn parse_rules(field: &str, v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<Vec<String>> {
@@ -325,14 +435,7 @@ impl Plan {
                 None
             }
         };
-        let base_branch = match obj.get("base_branch") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            Some(_) => {
-                errs.push("base_branch: must be a non-empty string".into());
-                None
-            }
-        };
+        let base_branch = opt_text(obj.get("base_branch"), "base_branch: must be a non-empty string", &mut errs);
         let max_parallel = match obj.get("max_parallel") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_u64() {
@@ -343,51 +446,14 @@ impl Plan {
                 }
             },
         };
-        let isolation = match obj.get("isolation") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s == "worktree" => Some(Isolation::Worktree),
-            Some(Value::String(s)) if s == "shared" => {
-                if max_parallel != Some(1) {
-                    errs.push(format!(
-                        "isolation: \"shared\" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel {}",
-                        max_parallel.map_or("absent (default 4)".to_string(), |n| n.to_string())
-                    ));
-                }
-                Some(Isolation::Shared)
-            }
-            Some(v) => {
-                errs.push(format!("isolation: expected \"worktree\" or \"shared\", got {v}"));
-                None
-            }
-        };
-        let setup = match obj.get("setup") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-            Some(_) => {
-                errs.push("setup: must be a non-empty string (a shell command)".into());
-                None
-            }
-        };
+        let isolation = parse_isolation(obj.get("isolation"), max_parallel, &mut errs);
+        let setup = opt_text(obj.get("setup"), "setup: must be a non-empty string (a shell command)", &mut errs);
         let git_hooks = opt_bool(obj.get("git_hooks"), "git_hooks", &mut errs);
         let live = opt_bool(obj.get("live"), "live", &mut errs);
         let approvals = parse_approvals(obj.get("approvals"), "", &mut errs);
         let allowed_tools = parse_rules("allowed_tools", obj.get("allowed_tools"), "", &mut errs);
         let approve = parse_rules("approve", obj.get("approve"), "", &mut errs);
-        let approval_timeout = match obj.get("approval_timeout") {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) => n.as_u64(),
-            Some(Value::String(s)) => match humantime::parse_duration(s) {
-                Ok(d) if (1..=86_400).contains(&d.as_secs()) => Some(d.as_secs()),
-                _ => {
-                    errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {s:?}"));
-                    None
-                }
-            },
-            Some(v) => {
-                errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {v}"));
-                None
-            }
-        };
+        let approval_timeout = parse_approval_timeout(obj.get("approval_timeout"), &mut errs);
         let budget_usd = parse_budget(obj.get("budget_usd"), "", &mut errs);
         let on_budget = parse_choice(
             "on_budget",
@@ -408,57 +474,10 @@ impl Plan {
             &[("pause", OnRateLimit::Pause), ("halt", OnRateLimit::Halt)],
             &mut errs,
         );
-        let session = match obj.get("session") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(o)) => {
-                let idle_s = o.get("idle_s").and_then(Value::as_u64).filter(|n| (1..=7 * 86_400).contains(n));
-                let prompt = o.get("prompt").and_then(Value::as_bool);
-                if let Some(k) = o.keys().find(|k| !["idle_s", "prompt"].contains(&k.as_str())) {
-                    errs.push(format!("session: unknown field {k:?}"));
-                }
-                match (idle_s, prompt) {
-                    (Some(idle_s), Some(prompt)) => Some(Session { idle_s, prompt }),
-                    _ => {
-                        errs.push("session: needs idle_s (1 s to 7 days) and prompt (boolean)".into());
-                        None
-                    }
-                }
-            }
-            Some(v) => {
-                errs.push(format!("session: must be an object {{idle_s, prompt}}, got {v}"));
-                None
-            }
-        };
-        let mut tasks = Vec::new();
-        // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
-        let mut waves_seen = HashSet::new();
-        match obj.get("tasks").and_then(Value::as_array) {
-            None => errs.push("tasks: missing (array)".into()),
-            Some(a) if a.is_empty() => errs.push("tasks: empty (a plan needs at least one task)".into()),
-            Some(a) => {
-                let mut seen = HashSet::new();
-                for (i, t) in a.iter().enumerate() {
-                    if let Some(w) = t.get("wave").and_then(Value::as_u64).filter(|w| (1..=10_000).contains(w)) {
-                        waves_seen.insert(w as u32);
-                    }
-                    if let Some(task) = parse_task(i, t, &mut errs) {
-                        if !seen.insert(task.id.clone()) {
-                            errs.push(format!("tasks[{i}] ({}): duplicate id", task.id));
-                        }
-                        tasks.push(task);
-                    }
-                }
-            }
-        }
+        let session = parse_session(obj.get("session"), &mut errs);
+        let tasks = parse_tasks(obj.get("tasks"), &mut errs);
         if session.is_some() && (tasks.len() != 1 || tasks.iter().any(|t: &Task| t.adapter != Adapter::Claude)) {
             errs.push("session: a session plan has exactly one task, a claude one".into());
-        }
-        if let Some(&max) = waves_seen.iter().max() {
-            for w in 1..=max {
-                if !waves_seen.contains(&w) {
-                    errs.push(format!("wave {w} is empty (waves must be 1..={max} with no gap)"));
-                }
-            }
         }
         match (errs.is_empty(), slug) {
             (true, Some(slug)) => Ok(Plan {

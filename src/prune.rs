@@ -128,10 +128,7 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
     }
     // Unintegrated task work outlives its run (worktree, task branch, kept attempts): its journal
     // is what says whose it is, so the run is kept with it.
-    let worktrees = crate::worktree::existing(home, &p.run_id);
-    let held = !worktrees.is_empty()
-        || !crate::git::branches_under(&p.worktree, &crate::worktree::branch_prefix(&p.run_id)).is_empty()
-        || !crate::git::refs_under(&p.worktree, &crate::worktree::refs_prefix(&p.run_id)).is_empty();
+    let held = keeps_task_work(home, p);
     if held {
         return Err(format!(
             "it keeps unintegrated task work (`harness clean {}` says what; `--force` removes it, then prune)",
@@ -140,20 +137,7 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
     }
     // The supervisor lock: held by a supervisor of this run, or taken here so none starts.
     let lock_path = p.runstate_dir.join(format!("{}.supervisor.lock", p.slug));
-    let lock_file = if opts.dry_run {
-        std::fs::File::open(&lock_path).ok()
-    } else {
-        use std::os::unix::fs::OpenOptionsExt;
-        Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .open(&lock_path)
-                .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?,
-        )
-    };
+    let lock_file = open_lock(&lock_path, opts.dry_run)?;
     let _held = match &lock_file {
         Some(f) => match crate::flock::Flock::try_exclusive(f) {
             Ok(Some(l)) => Some(l),
@@ -167,25 +151,7 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
     if !selected(&again) || again.records != view.records {
         return Err("its journal changed while it was looked at".into());
     }
-    let mut paths: Vec<PathBuf> = vec![p.logs_dir(), p.runstate_dir.join(format!("{}.supervisor.log", p.slug))];
-    if !opts.logs_only {
-        let rs = |suffix: &str| p.runstate_dir.join(format!("{}{suffix}", p.slug));
-        paths.extend([
-            rs(".prompts"),
-            rs(".approvals"),
-            p.journal_path(),
-            p.plan_path(),
-            p.liveness_path(),
-            p.liveness_path().with_extension("lock"),
-            p.inbox_path(),
-            rs(".steer.cursor"),
-            rs(".notify.json"),
-            rs(".usage.json"),
-            home.socket_path(&p.run_id),
-            crate::summary::path(home, &p.run_id),
-            lock_path.clone(),
-        ]);
-    }
+    let mut paths = run_files(home, p, &lock_path, opts.logs_only);
     paths.retain(|q| q.symlink_metadata().is_ok());
     if opts.logs_only && paths.is_empty() {
         return Ok(None); // its logs are gone already
@@ -225,6 +191,56 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
         }
     }
     Ok(Some(done))
+}
+
+/// True when unintegrated task work of the run is still there (a worktree, a task branch, a kept
+/// attempt).
+fn keeps_task_work(home: &Home, p: &Pointer) -> bool {
+    !crate::worktree::existing(home, &p.run_id).is_empty()
+        || !crate::git::branches_under(&p.worktree, &crate::worktree::branch_prefix(&p.run_id)).is_empty()
+        || !crate::git::refs_under(&p.worktree, &crate::worktree::refs_prefix(&p.run_id)).is_empty()
+}
+
+/// Opens the run's supervisor lock file: created (to lock it) unless only looking (`dry_run`: the
+/// file as it is, if any).
+fn open_lock(lock_path: &Path, dry_run: bool) -> Result<Option<std::fs::File>, String> {
+    if dry_run {
+        return Ok(std::fs::File::open(lock_path).ok());
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(lock_path)
+        .map(Some)
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))
+}
+
+/// Every file of the run that prune removes (its logs only, with `logs_only`), whether or not it
+/// exists.
+fn run_files(home: &Home, p: &Pointer, lock_path: &Path, logs_only: bool) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = vec![p.logs_dir(), p.runstate_dir.join(format!("{}.supervisor.log", p.slug))];
+    if !logs_only {
+        let rs = |suffix: &str| p.runstate_dir.join(format!("{}{suffix}", p.slug));
+        paths.extend([
+            rs(".prompts"),
+            rs(".approvals"),
+            p.journal_path(),
+            p.plan_path(),
+            p.liveness_path(),
+            p.liveness_path().with_extension("lock"),
+            p.inbox_path(),
+            rs(".steer.cursor"),
+            rs(".notify.json"),
+            rs(".usage.json"),
+            home.socket_path(&p.run_id),
+            crate::summary::path(home, &p.run_id),
+            lock_path.to_path_buf(),
+        ]);
+    }
+    paths
 }
 
 /// Each planned task's usage, written beside the journal before the logs go (`<slug>.usage.json`).

@@ -176,7 +176,7 @@ mod tests {
     fn path_and_domain_rules() {
         let r = Rule::parse("Edit(src/**)").unwrap();
         assert!(r.matches("Edit", &json!({"file_path": "src/a/b.rs"})));
-        assert!(!r.matches("Edit", &json!({"file_path": "tests/a.rs"})));
+        assert!(!r.matches("Edit", &json!({"file_path": "tests/it/a.rs"})));
         let one = Rule::parse("Read(*.md)").unwrap();
         assert!(one.matches("Read", &json!({"file_path": "README.md"})));
         assert!(!one.matches("Read", &json!({"file_path": "docs/a.md"})));

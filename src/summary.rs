@@ -183,7 +183,7 @@ impl RunFiles {
             "base_branch": self.plan.as_ref().and_then(|pl| pl.base_branch.clone()),
             "status": self.view.status,
             "paused": self.view.status == RunStatus::Paused,
-            // Added with budgets: why it is paused (budget, rate_limit, operator) and the budget.
+            // why it is paused (budget, rate_limit, operator) and the budget.
             "pause_reason": self.view.pause.as_ref().map(|(by, _)| match by.as_str() {
                 "budget" | "rate_limit" => by.as_str(),
                 _ => "operator",

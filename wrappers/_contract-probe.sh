@@ -6,7 +6,7 @@
 # HARNESS_CURSOR_BIN as given on entry, else claude / codex / cursor-agent on PATH), which then must
 # reach a model: a turn, a resumed turn with the same session, the log appended with one exit marker
 # per turn. With HARNESS_PROBE_STANDIN=1 as well, the model is the test suite's stand-in
-# (tests/common/standin.rs), scripted by directives in the prompt: an HTTP error must exit 3 and a
+# (tests/it/common/standin.rs), scripted by directives in the prompt: an HTTP error must exit 3 and a
 # stream slower than --timeout must exit 124, from the real CLI.
 #
 # usage: wrappers/_contract-probe.sh [na.sh|ca.sh|codex.sh ...]     (needs jq)

@@ -1,9 +1,9 @@
 //! Helpers shared by the benchmarks (a module, not a bench target): the integration tests' support
-//! (`tests/common`: a child killed on drop, `harness api` on a loopback port, a scratch git repo…),
+//! (`tests/it/common`: a child killed on drop, `harness api` on a loopback port, a scratch git repo…),
 //! a field of `/proc/<pid>/status`, and a supervised run that stays live.
 #![allow(dead_code)]
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../tests/it/common/mod.rs"]
 pub mod common;
 
 // Each bench uses some of these.

@@ -210,9 +210,9 @@ impl Durable {
         v["logfile"] = json!(logfile);
         v["log_exists"] = json!(logfile.exists());
         v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
-        // Added with the live channel: every steer of the task and where it stands.
+        // every steer of the task and where it stands.
         v["steers"] = json!(files.view.steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
-        // Added with stalls: the task's attention marks.
+        // the task's attention marks.
         v["attention"] = json!(files.view.attention.iter().filter(|a| &a.task == task).collect::<Vec<_>>());
         v["supervised"] = json!(files.supervisor_alive());
         self.add_worktree(&mut v, run, task);

@@ -19,6 +19,7 @@ pub mod verbs;
 
 pub use server::{Listener, ServeError, ServeOptions, serve, serve_on};
 
+use crate::ids::{RunId, TaskId};
 use bytes::Bytes;
 use durable::{Durable, DurableError};
 use guard::Conn;
@@ -332,48 +333,8 @@ async fn dispatch(
 ) -> Result<Response<Body>, Response<Body>> {
     use crate::journal::Verb;
     match route {
-        Route::Watch => {
-            let q = req.uri().query().map(str::to_string);
-            let last = match req.headers().get("last-event-id") {
-                Some(v) => Some(
-                    v.to_str()
-                        .map_err(|_| error_response(StatusCode::BAD_REQUEST, "Last-Event-ID is not ASCII"))?
-                        .to_string(),
-                ),
-                None => stream::query_param(q.as_deref(), "lastEventId")?,
-            }
-            .filter(|s| !s.trim().is_empty());
-            let since_now = match stream::query_param(q.as_deref(), "since")?.as_deref() {
-                None => false,
-                Some("now") => true,
-                Some(other) => {
-                    return Err(error_response(
-                        StatusCode::BAD_REQUEST,
-                        format!("since must be \"now\" (or absent: from the beginning), got {other:?}"),
-                    ));
-                }
-            };
-            feed::serve(api, last, since_now).await
-        }
-        Route::Runs => {
-            let (q, clamped) = overview_query(req.uri().query())?;
-            let a = api.clone();
-            let page = blocking(move || a.durable.overview.page(&q)).await?;
-            let mut r = Response::new(full(page.body));
-            let h = r.headers_mut();
-            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            if let Some(c) = page.next_after
-                && let Ok(v) = HeaderValue::from_str(&c.to_string())
-            {
-                h.insert("harness-next-after", v);
-            }
-            h.insert("harness-more", HeaderValue::from_static(if page.more { "true" } else { "false" }));
-            h.insert("harness-total", HeaderValue::from(page.total));
-            if let Some(limit) = clamped {
-                h.insert("harness-limit", HeaderValue::from(limit));
-            }
-            Ok(r)
-        }
+        Route::Watch => watch(api, req).await,
+        Route::Runs => runs(api, req).await,
         Route::Run(run) => {
             let a = api.clone();
             let v = blocking(move || a.durable.run_detail(&run)).await?.map_err(durable_error)?;
@@ -384,63 +345,124 @@ async fn dispatch(
             let v = blocking(move || a.durable.task_detail(&run, &task)).await?.map_err(durable_error)?;
             Ok(json_response(StatusCode::OK, &v))
         }
-        Route::Stream(run, task) => {
-            let after = stream::last_event_id(req.headers(), req.uri().query())?;
-            let (a, r, t) = (api.clone(), run.clone(), task.clone());
-            let src = blocking(move || stream::source(&a, &r, &t)).await??;
-            // As the design pins: the live stream needs the run's supervisor.
-            let sock = api.durable.home.socket_path(&run);
-            let live = src.pointer.plane == crate::registry::Plane::Standalone
-                && tokio::task::spawn_blocking(move || crate::supervisor::control::is_live(&sock))
-                    .await
-                    .unwrap_or(false);
-            if !live {
-                return Err(error_response(
-                    StatusCode::CONFLICT,
-                    format!(
-                        "run not supervised / not live: no supervisor answers for {run}; its events stay readable at /runs/{run}/tasks/{task}/events"
-                    ),
-                ));
-            }
-            Ok(stream::sse(api, src, after))
-        }
-        Route::Events(run, task) => {
-            let q = req.uri().query().map(str::to_string);
-            let after = stream::cursor(stream::query_param(q.as_deref(), "after")?.as_deref(), "after")?;
-            // Above the largest page is served as the largest page, and the answer says so.
-            let (limit, clamped) = match stream::query_param(q.as_deref(), "limit")? {
-                None => (stream::PAGE_DEFAULT, false),
-                Some(l) => page_limit(&l, stream::PAGE_MAX)
-                    .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("limit {e}")))?,
-            };
-            let a = api.clone();
-            Ok(blocking(move || match stream::source(&a, &run, &task) {
-                Ok(src) => stream::events_page(&a, &src, after, limit, clamped),
-                Err(r) => r,
-            })
-            .await?)
-        }
+        Route::Stream(run, task) => live_stream(api, run, task, req).await,
+        Route::Events(run, task) => events(api, run, task, req).await,
         Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req, peer).await,
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req, peer).await,
         Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Verb::Interrupt, req, peer).await,
-        Route::Approvals(run) => {
-            let q = req.uri().query().map(str::to_string);
-            let state = stream::query_param(q.as_deref(), "state")?;
-            if let Some(s) = state.as_deref()
-                && !["pending", "allowed", "denied", "expired"].contains(&s)
-            {
-                return Err(error_response(
-                    StatusCode::BAD_REQUEST,
-                    format!("state must be pending, allowed, denied or expired, got {s:?}"),
-                ));
-            }
-            let a = api.clone();
-            let v = blocking(move || a.durable.approvals(&run, state.as_deref())).await?.map_err(durable_error)?;
-            Ok(json_response(StatusCode::OK, &v))
-        }
+        Route::Approvals(run) => approvals(api, run, req).await,
         Route::Decide(run, task, id) => verbs::decide(api, run, task, id, req, peer).await,
         Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req, peer).await,
         Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req, peer).await,
         Route::Budget(run) => verbs::verb(api, run, None, Verb::Budget, req, peer).await,
     }
+}
+
+/// `GET /watch`: every run's journal records as SSE, from `Last-Event-ID` or `since=now`.
+async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+    let q = req.uri().query().map(str::to_string);
+    let last = match req.headers().get("last-event-id") {
+        Some(v) => Some(
+            v.to_str().map_err(|_| error_response(StatusCode::BAD_REQUEST, "Last-Event-ID is not ASCII"))?.to_string(),
+        ),
+        None => stream::query_param(q.as_deref(), "lastEventId")?,
+    }
+    .filter(|s| !s.trim().is_empty());
+    let since_now = match stream::query_param(q.as_deref(), "since")?.as_deref() {
+        None => false,
+        Some("now") => true,
+        Some(other) => {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                format!("since must be \"now\" (or absent: from the beginning), got {other:?}"),
+            ));
+        }
+    };
+    feed::serve(api, last, since_now).await
+}
+
+/// `GET /runs`: one page of the overview, its cursor and totals in headers.
+async fn runs(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+    let (q, clamped) = overview_query(req.uri().query())?;
+    let a = api.clone();
+    let page = blocking(move || a.durable.overview.page(&q)).await?;
+    let mut r = Response::new(full(page.body));
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(c) = page.next_after
+        && let Ok(v) = HeaderValue::from_str(&c.to_string())
+    {
+        h.insert("harness-next-after", v);
+    }
+    h.insert("harness-more", HeaderValue::from_static(if page.more { "true" } else { "false" }));
+    h.insert("harness-total", HeaderValue::from(page.total));
+    if let Some(limit) = clamped {
+        h.insert("harness-limit", HeaderValue::from(limit));
+    }
+    Ok(r)
+}
+
+/// `GET /runs/:id/tasks/:task/stream`: the live SSE stream; 409 when no supervisor answers.
+async fn live_stream(
+    api: Arc<Api>,
+    run: RunId,
+    task: TaskId,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Response<Body>> {
+    let after = stream::last_event_id(req.headers(), req.uri().query())?;
+    let (a, r, t) = (api.clone(), run.clone(), task.clone());
+    let src = blocking(move || stream::source(&a, &r, &t)).await??;
+    // As the design pins: the live stream needs the run's supervisor.
+    let sock = api.durable.home.socket_path(&run);
+    let live = src.pointer.plane == crate::registry::Plane::Standalone
+        && tokio::task::spawn_blocking(move || crate::supervisor::control::is_live(&sock)).await.unwrap_or(false);
+    if !live {
+        return Err(error_response(
+            StatusCode::CONFLICT,
+            format!(
+                "run not supervised / not live: no supervisor answers for {run}; its events stay readable at /runs/{run}/tasks/{task}/events"
+            ),
+        ));
+    }
+    Ok(stream::sse(api, src, after))
+}
+
+/// `GET /runs/:id/tasks/:task/events`: one durable page of a task's events.
+async fn events(
+    api: Arc<Api>,
+    run: RunId,
+    task: TaskId,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Response<Body>> {
+    let q = req.uri().query().map(str::to_string);
+    let after = stream::cursor(stream::query_param(q.as_deref(), "after")?.as_deref(), "after")?;
+    // Above the largest page is served as the largest page, and the answer says so.
+    let (limit, clamped) = match stream::query_param(q.as_deref(), "limit")? {
+        None => (stream::PAGE_DEFAULT, false),
+        Some(l) => page_limit(&l, stream::PAGE_MAX)
+            .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("limit {e}")))?,
+    };
+    let a = api.clone();
+    blocking(move || match stream::source(&a, &run, &task) {
+        Ok(src) => stream::events_page(&a, &src, after, limit, clamped),
+        Err(r) => r,
+    })
+    .await
+}
+
+/// `GET /runs/:id/approvals`: the run's approvals, optionally of one state.
+async fn approvals(api: Arc<Api>, run: RunId, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+    let q = req.uri().query().map(str::to_string);
+    let state = stream::query_param(q.as_deref(), "state")?;
+    if let Some(s) = state.as_deref()
+        && !["pending", "allowed", "denied", "expired"].contains(&s)
+    {
+        return Err(error_response(
+            StatusCode::BAD_REQUEST,
+            format!("state must be pending, allowed, denied or expired, got {s:?}"),
+        ));
+    }
+    let a = api.clone();
+    let v = blocking(move || a.durable.approvals(&run, state.as_deref())).await?.map_err(durable_error)?;
+    Ok(json_response(StatusCode::OK, &v))
 }

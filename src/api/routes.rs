@@ -7,7 +7,7 @@ use crate::ids::{IdError, RunId, TaskId};
 /// A matched route with its ids already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// Added with the watch stream: every run's journal records.
+    /// `GET /watch`: every run's journal records.
     Watch,
     Runs,
     Run(RunId),
@@ -17,12 +17,12 @@ pub enum Route {
     Steer(RunId, TaskId),
     Kill(RunId, TaskId),
     Interrupt(RunId, TaskId),
-    /// The run's asked tool calls (added with approvals).
+    /// The run's asked tool calls.
     Approvals(RunId),
-    /// The operator's decision on one (added with approvals).
+    /// The operator's decision on one.
     Decide(RunId, TaskId, String),
     Pause(RunId),
-    /// Added with budgets.
+    /// The budget verb.
     Budget(RunId),
     Resume(RunId),
 }

@@ -14,6 +14,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Largest request body.
@@ -182,14 +183,8 @@ pub async fn verb(
         super::blocking(move || crate::liveness::get(&live_path).ok().flatten().and_then(|l| l.kill_grace_ms))
             .await?
             .map_or(crate::supervisor::Options::default().kill_grace, std::time::Duration::from_millis);
-    // Plain strings, so `journalctl RUN_ID=… TASK=… VERB=…` finds the line.
     let uid = peer.map_or_else(|| "unknown".to_string(), |u| u.to_string());
-    match &task {
-        Some(t) => {
-            tracing::info!(RUN_ID = %run, TASK = t.as_str(), VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb")
-        }
-        None => tracing::info!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb"),
-    }
+    log_verb(&run, task.as_ref(), verb, &uid, &by);
     if pointer.plane == Plane::Dynwf {
         // The inbox records both ways: `queued` with the entry's id, or `refused`.
         let task2 = task.clone();
@@ -203,19 +198,12 @@ pub async fn verb(
         };
     }
     let sock = api.durable.home.socket_path(&run);
-    let request = match (verb, task.clone()) {
-        (Verb::Steer, Some(task)) => {
-            Request::Steer { task, msg: msg.unwrap_or_default(), interrupt: interrupt.then_some(true), by: Some(by) }
-        }
-        (Verb::Kill, Some(task)) => Request::Kill { task, by: Some(by) },
-        (Verb::Interrupt, Some(task)) => Request::Interrupt { task, by: Some(by) },
-        (Verb::Pause, _) => Request::Pause { by: Some(by) },
-        (Verb::Resume, _) => Request::Resume { by: Some(by) },
-        (Verb::Stop, _) => Request::Stop { by: Some(by) },
-        (Verb::End, _) => Request::End { by: Some(by) },
-        (Verb::Budget, _) => Request::Budget { usd: usd.unwrap_or_default(), task: budget_task, by: Some(by) },
-        (Verb::Steer | Verb::Kill | Verb::Interrupt | Verb::Other, _) => {
-            return Err(refused(bad(format!("{verb} is not a verb of this route")), Some(by), msg).await);
+    let asked = Asked { by, msg, interrupt, usd, budget_task };
+    let request = match request_of(verb, task.clone(), &asked) {
+        Some(r) => r,
+        None => {
+            let bad = bad(format!("{verb} is not a verb of this route"));
+            return Err(refused(bad, Some(asked.by), asked.msg).await);
         }
     };
     // A kill answers once the task's group is gone: the run's kill grace plus a margin.
@@ -230,25 +218,10 @@ pub async fn verb(
         Request::Steer { msg, .. } => Some(msg.clone()),
         _ => None,
     };
-    let reply = match control::request(&sock, &request, budget).await {
-        Ok(reply) => reply,
-        Err(control::ClientError::NoAnswer { after, .. }) => {
-            let detail = format!(
-                "no answer from the supervisor within {} s; it may have acted — see GET /runs/{run}",
-                after.as_secs()
-            );
-            tracing::warn!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, "{detail}");
-            return Err(error_response(StatusCode::GATEWAY_TIMEOUT, detail));
-        }
-        Err(e @ control::ClientError::Connect { .. }) => {
-            let detail = format!("run not supervised / not live: {e}");
-            return Err(refused((StatusCode::CONFLICT, detail), by, msg).await);
-        }
-        // Reached, but it closed without a whole answer: it may have acted and recorded it.
-        Err(e) => {
-            tracing::warn!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, error = %e, "verb without an answer");
-            return Err(error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")));
-        }
+    let reply = match relay(&sock, &request, budget, &run, verb, &uid).await {
+        Relay::Answer(reply) => reply,
+        Relay::NotLive(detail) => return Err(refused((StatusCode::CONFLICT, detail), by, msg).await),
+        Relay::Failed(r) => return Err(r),
     };
     match reply {
         Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
@@ -256,6 +229,71 @@ pub async fn verb(
             Err(error_response(StatusCode::from_u16(r.status).unwrap_or(StatusCode::CONFLICT), r.detail))
         }
     }
+}
+
+/// How asking the run's supervisor went.
+enum Relay {
+    Answer(Reply),
+    /// Nobody listens on the socket: refused (and journaled) as not live.
+    NotLive(String),
+    /// Reached, but no whole answer came: it may have acted and recorded it, so nothing is
+    /// journaled here.
+    Failed(Response<Body>),
+}
+
+/// Sends `request` to the supervisor at `sock`, waiting up to `budget` for its answer.
+async fn relay(
+    sock: &Path,
+    request: &Request,
+    budget: std::time::Duration,
+    run: &RunId,
+    verb: Verb,
+    uid: &str,
+) -> Relay {
+    match control::request(sock, request, budget).await {
+        Ok(reply) => Relay::Answer(reply),
+        Err(control::ClientError::NoAnswer { after, .. }) => {
+            let detail = format!(
+                "no answer from the supervisor within {} s; it may have acted — see GET /runs/{run}",
+                after.as_secs()
+            );
+            tracing::warn!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, "{detail}");
+            Relay::Failed(error_response(StatusCode::GATEWAY_TIMEOUT, detail))
+        }
+        Err(e @ control::ClientError::Connect { .. }) => Relay::NotLive(format!("run not supervised / not live: {e}")),
+        Err(e) => {
+            tracing::warn!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, error = %e, "verb without an answer");
+            Relay::Failed(error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}")))
+        }
+    }
+}
+
+/// Logs a verb asked of `run` in plain strings, so `journalctl RUN_ID=… TASK=… VERB=…` finds it.
+fn log_verb(run: &RunId, task: Option<&TaskId>, verb: Verb, uid: &str, by: &str) {
+    match task {
+        Some(t) => {
+            tracing::info!(RUN_ID = %run, TASK = t.as_str(), VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb")
+        }
+        None => tracing::info!(RUN_ID = %run, VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb"),
+    }
+}
+
+/// The control-socket request for `verb` as asked; `None` when the verb is not one of this route.
+fn request_of(verb: Verb, task: Option<TaskId>, a: &Asked) -> Option<Request> {
+    let by = Some(a.by.clone());
+    Some(match (verb, task) {
+        (Verb::Steer, Some(task)) => {
+            Request::Steer { task, msg: a.msg.clone().unwrap_or_default(), interrupt: a.interrupt.then_some(true), by }
+        }
+        (Verb::Kill, Some(task)) => Request::Kill { task, by },
+        (Verb::Interrupt, Some(task)) => Request::Interrupt { task, by },
+        (Verb::Pause, _) => Request::Pause { by },
+        (Verb::Resume, _) => Request::Resume { by },
+        (Verb::Stop, _) => Request::Stop { by },
+        (Verb::End, _) => Request::End { by },
+        (Verb::Budget, _) => Request::Budget { usd: a.usd.unwrap_or_default(), task: a.budget_task.clone(), by },
+        (Verb::Steer | Verb::Kill | Verb::Interrupt | Verb::Other, _) => return None,
+    })
 }
 
 /// `POST /runs/:runId/tasks/:tid/approvals/:id {"decision":"allow"|"deny","message"?,"by"?}`: the

@@ -189,78 +189,8 @@ impl RunView {
         self.records += 1;
         self.last_ts = Some(rec.ts.clone());
         match &rec.body {
-            Body::Run(r) => {
-                self.status = match (self.status, r.event) {
-                    (RunStatus::Finished | RunStatus::Failed, RunEvent::Paused | RunEvent::Resumed) => self.status,
-                    (_, RunEvent::Started) => RunStatus::Running,
-                    (_, RunEvent::Paused) => RunStatus::Paused,
-                    (_, RunEvent::Resumed) => RunStatus::Running,
-                    (_, RunEvent::Finished) => RunStatus::Finished,
-                    (_, RunEvent::Failed) => RunStatus::Failed,
-                };
-                self.pause = (self.status == RunStatus::Paused)
-                    .then(|| (r.by.clone().unwrap_or_else(|| "operator".into()), r.detail.clone()));
-                self.resume_at = if self.status == RunStatus::Paused { r.resume_at.clone() } else { None };
-                if r.event == RunEvent::Started && r.nonce.is_some() {
-                    self.nonce = r.nonce.clone();
-                    self.branch = r.branch.clone();
-                    self.start_sha = r.sha.clone();
-                }
-            }
-            Body::Task(t) => {
-                let prev = self.tasks.get(&t.task).map(|v| v.state);
-                if !TaskState::can_move(prev, t.state) {
-                    let from = prev.map(|s| s.as_str()).unwrap_or("(none)");
-                    self.bad_lines.push(BadLine {
-                        line,
-                        reason: format!("task {}: invalid transition {from} -> {} (kept)", t.task, t.state),
-                    });
-                }
-                let entry = self.tasks.entry(t.task.clone()).or_insert_with(|| TaskView {
-                    state: t.state,
-                    rc: None,
-                    detail: None,
-                    sha: None,
-                    no_changes: false,
-                    base: None,
-                    carried: None,
-                    session_id: None,
-                    attempts: 0,
-                    logfile: None,
-                    files: None,
-                    ts: rec.ts.clone(),
-                });
-                entry.state = t.state;
-                entry.ts = rec.ts.clone();
-                entry.rc = t.rc;
-                entry.detail = t.detail.clone();
-                if t.sha.is_some() {
-                    entry.sha = t.sha.clone();
-                }
-                entry.no_changes = t.state == TaskState::Committed && t.no_changes == Some(true);
-                if t.base.is_some() {
-                    // A new base is a new worktree: what was carried into the old one is history.
-                    if t.base != entry.base {
-                        entry.carried = None;
-                    }
-                    entry.base = t.base.clone();
-                }
-                if t.carried.is_some() {
-                    entry.carried = t.carried.clone();
-                }
-                if t.session_id.is_some() {
-                    entry.session_id = t.session_id.clone();
-                }
-                if t.logfile.is_some() {
-                    entry.logfile = t.logfile.clone();
-                }
-                if t.files.is_some() {
-                    entry.files = t.files.clone();
-                }
-                if t.state == TaskState::Leased {
-                    entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
-                }
-            }
+            Body::Run(r) => self.apply_run(r),
+            Body::Task(t) => self.apply_task(rec, line, t),
             Body::Attention(a) => self.attention.push(AttentionView {
                 attention: a.attention.clone(),
                 task: a.task.clone(),
@@ -269,86 +199,164 @@ impl RunView {
                 ts: rec.ts.clone(),
                 line,
             }),
-            Body::Approval(a) => {
-                let v = self.approvals.entry(a.id.clone()).or_insert_with(|| ApprovalView {
-                    id: a.id.clone(),
-                    task: a.task.clone(),
-                    tool: None,
-                    input: None,
-                    via: None,
-                    state: a.state,
-                    by: None,
-                    message: None,
-                    detail: None,
+            Body::Approval(a) => self.apply_approval(rec, a),
+            Body::Control(c) => self.apply_control(rec, line, c),
+        }
+    }
+
+    fn apply_run(&mut self, r: &super::RunRecord) {
+        self.status = match (self.status, r.event) {
+            (RunStatus::Finished | RunStatus::Failed, RunEvent::Paused | RunEvent::Resumed) => self.status,
+            (_, RunEvent::Started) => RunStatus::Running,
+            (_, RunEvent::Paused) => RunStatus::Paused,
+            (_, RunEvent::Resumed) => RunStatus::Running,
+            (_, RunEvent::Finished) => RunStatus::Finished,
+            (_, RunEvent::Failed) => RunStatus::Failed,
+        };
+        self.pause = (self.status == RunStatus::Paused)
+            .then(|| (r.by.clone().unwrap_or_else(|| "operator".into()), r.detail.clone()));
+        self.resume_at = if self.status == RunStatus::Paused { r.resume_at.clone() } else { None };
+        if r.event == RunEvent::Started && r.nonce.is_some() {
+            self.nonce = r.nonce.clone();
+            self.branch = r.branch.clone();
+            self.start_sha = r.sha.clone();
+        }
+    }
+
+    fn apply_task(&mut self, rec: &Record, line: u64, t: &super::TaskRecord) {
+        let prev = self.tasks.get(&t.task).map(|v| v.state);
+        if !TaskState::can_move(prev, t.state) {
+            let from = prev.map(|s| s.as_str()).unwrap_or("(none)");
+            self.bad_lines.push(BadLine {
+                line,
+                reason: format!("task {}: invalid transition {from} -> {} (kept)", t.task, t.state),
+            });
+        }
+        let entry = self.tasks.entry(t.task.clone()).or_insert_with(|| TaskView {
+            state: t.state,
+            rc: None,
+            detail: None,
+            sha: None,
+            no_changes: false,
+            base: None,
+            carried: None,
+            session_id: None,
+            attempts: 0,
+            logfile: None,
+            files: None,
+            ts: rec.ts.clone(),
+        });
+        entry.state = t.state;
+        entry.ts = rec.ts.clone();
+        entry.rc = t.rc;
+        entry.detail = t.detail.clone();
+        if t.sha.is_some() {
+            entry.sha = t.sha.clone();
+        }
+        entry.no_changes = t.state == TaskState::Committed && t.no_changes == Some(true);
+        if t.base.is_some() {
+            // A new base is a new worktree: what was carried into the old one is history.
+            if t.base != entry.base {
+                entry.carried = None;
+            }
+            entry.base = t.base.clone();
+        }
+        if t.carried.is_some() {
+            entry.carried = t.carried.clone();
+        }
+        if t.session_id.is_some() {
+            entry.session_id = t.session_id.clone();
+        }
+        if t.logfile.is_some() {
+            entry.logfile = t.logfile.clone();
+        }
+        if t.files.is_some() {
+            entry.files = t.files.clone();
+        }
+        if t.state == TaskState::Leased {
+            entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
+        }
+    }
+
+    fn apply_approval(&mut self, rec: &Record, a: &super::ApprovalRecord) {
+        let v = self.approvals.entry(a.id.clone()).or_insert_with(|| ApprovalView {
+            id: a.id.clone(),
+            task: a.task.clone(),
+            tool: None,
+            input: None,
+            via: None,
+            state: a.state,
+            by: None,
+            message: None,
+            detail: None,
+            ts: rec.ts.clone(),
+            updated: rec.ts.clone(),
+        });
+        v.state = a.state;
+        v.updated = rec.ts.clone();
+        for (slot, new) in [(&mut v.tool, &a.tool), (&mut v.via, &a.via), (&mut v.by, &a.by)] {
+            if new.is_some() {
+                *slot = new.clone();
+            }
+        }
+        for (slot, new) in [(&mut v.message, &a.message), (&mut v.detail, &a.detail)] {
+            if new.is_some() {
+                *slot = new.clone();
+            }
+        }
+        if a.input.is_some() {
+            v.input = a.input.clone();
+        }
+    }
+
+    fn apply_control(&mut self, rec: &Record, line: u64, c: &super::ControlRecord) {
+        if let Some(id) = &c.id {
+            self.control_ids.insert(id.clone(), c.outcome);
+        }
+        if let (Verb::Budget, Outcome::Accepted, Some(usd)) = (c.verb, c.outcome, c.usd) {
+            match &c.task {
+                Some(t) => {
+                    self.task_budgets.insert(t.clone(), usd);
+                }
+                None => self.budget_usd = Some(usd),
+            }
+        }
+        if c.verb != Verb::Steer {
+            return;
+        }
+        if let (Some(id), Some(task)) = (&c.id, &c.task) {
+            match self.steers.iter_mut().rev().find(|s| &s.id == id) {
+                Some(s) => {
+                    s.state = c.outcome;
+                    s.updated = rec.ts.clone();
+                }
+                None => self.steers.push(SteerView {
+                    id: id.clone(),
+                    task: task.clone(),
+                    msg: c.msg.clone(),
+                    by: c.by.clone(),
+                    state: c.outcome,
                     ts: rec.ts.clone(),
                     updated: rec.ts.clone(),
-                });
-                v.state = a.state;
-                v.updated = rec.ts.clone();
-                for (slot, new) in [(&mut v.tool, &a.tool), (&mut v.via, &a.via), (&mut v.by, &a.by)] {
-                    if new.is_some() {
-                        *slot = new.clone();
-                    }
-                }
-                for (slot, new) in [(&mut v.message, &a.message), (&mut v.detail, &a.detail)] {
-                    if new.is_some() {
-                        *slot = new.clone();
-                    }
-                }
-                if a.input.is_some() {
-                    v.input = a.input.clone();
+                }),
+            }
+        }
+        match (c.outcome, &c.id) {
+            (Outcome::Queued, Some(id)) => {
+                if let (Some(task), Some(msg)) = (&c.task, &c.msg) {
+                    self.pending_steers.push(PendingSteer {
+                        id: id.clone(),
+                        task: task.clone(),
+                        msg: msg.clone(),
+                        interrupt: c.interrupt.unwrap_or(false),
+                        line,
+                    });
                 }
             }
-            Body::Control(c) => {
-                if let Some(id) = &c.id {
-                    self.control_ids.insert(id.clone(), c.outcome);
-                }
-                if let (Verb::Budget, Outcome::Accepted, Some(usd)) = (c.verb, c.outcome, c.usd) {
-                    match &c.task {
-                        Some(t) => {
-                            self.task_budgets.insert(t.clone(), usd);
-                        }
-                        None => self.budget_usd = Some(usd),
-                    }
-                }
-                if c.verb != Verb::Steer {
-                    return;
-                }
-                if let (Some(id), Some(task)) = (&c.id, &c.task) {
-                    match self.steers.iter_mut().rev().find(|s| &s.id == id) {
-                        Some(s) => {
-                            s.state = c.outcome;
-                            s.updated = rec.ts.clone();
-                        }
-                        None => self.steers.push(SteerView {
-                            id: id.clone(),
-                            task: task.clone(),
-                            msg: c.msg.clone(),
-                            by: c.by.clone(),
-                            state: c.outcome,
-                            ts: rec.ts.clone(),
-                            updated: rec.ts.clone(),
-                        }),
-                    }
-                }
-                match (c.outcome, &c.id) {
-                    (Outcome::Queued, Some(id)) => {
-                        if let (Some(task), Some(msg)) = (&c.task, &c.msg) {
-                            self.pending_steers.push(PendingSteer {
-                                id: id.clone(),
-                                task: task.clone(),
-                                msg: msg.clone(),
-                                interrupt: c.interrupt.unwrap_or(false),
-                                line,
-                            });
-                        }
-                    }
-                    (Outcome::Applied | Outcome::Refused | Outcome::Taken, Some(id)) => {
-                        self.pending_steers.retain(|s| &s.id != id)
-                    }
-                    _ => {}
-                }
+            (Outcome::Applied | Outcome::Refused | Outcome::Taken, Some(id)) => {
+                self.pending_steers.retain(|s| &s.id != id)
             }
+            _ => {}
         }
     }
 

@@ -97,11 +97,11 @@ pub enum Verb {
     Pause,
     Resume,
     Stop,
-    /// Ends a live task's running turn without killing its process (added with the live channel).
+    /// Ends a live task's running turn without killing its process.
     Interrupt,
     /// Ends a session (`harness session end`): its live channel closes once no turn runs (added).
     End,
-    /// Sets the run's (or a task's) budget in US dollars, `usd` (added with budgets).
+    /// Sets the run's (or a task's) budget in US dollars, `usd`.
     Budget,
     /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
     /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
@@ -162,10 +162,10 @@ pub enum Outcome {
     Applied,
     Refused,
     Noop,
-    /// A live steer written to the task's live channel (added with the live channel).
+    /// A live steer written to the task's live channel.
     Delivered,
     /// The engine echoed a delivered steer where it entered the conversation: it is done, like
-    /// `applied` for a resume steer (added with the live channel).
+    /// `applied` for a resume steer.
     Taken,
 }
 
@@ -186,13 +186,13 @@ pub enum Body {
     Run(RunRecord),
     Task(TaskRecord),
     Control(ControlRecord),
-    /// A tool call asked of the operator, and what became of it (added with approvals).
+    /// A tool call asked of the operator, and what became of it.
     Approval(ApprovalRecord),
-    /// Something that needs a person (added with stalls): `kind` says what, e.g. `stalled`.
+    /// Something that needs a person: `kind` says what, e.g. `stalled`.
     Attention(AttentionRecord),
 }
 
-/// A mark for a person's attention, journaled once per occurrence (added with stalls).
+/// A mark for a person's attention, journaled once per occurrence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttentionRecord {
     /// `stalled`: a running turn's log has not grown for the plan's `stall_after`.
@@ -339,7 +339,7 @@ pub struct ControlRecord {
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    /// A budget verb's new budget, US dollars (added with budgets).
+    /// A budget verb's new budget, US dollars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usd: Option<f64>,
 }

@@ -53,7 +53,7 @@ pub enum Request {
         by: Option<String>,
     },
     /// A tool call of `task`'s running turn asks for permission (the MCP permission tool); answered
-    /// with the decision once there is one (added with approvals).
+    /// with the decision once there is one.
     Ask {
         task: TaskId,
         tool: String,
@@ -61,18 +61,18 @@ pub enum Request {
         tool_use_id: Option<String>,
         by: Option<String>,
     },
-    /// Ends a session run (added with `harness session`).
+    /// Ends a session run.
     End {
         by: Option<String>,
     },
     /// Sets the run's budget, or `task`'s, to `usd` US dollars; a run paused by a budget its spend
-    /// no longer reaches resumes (added with budgets).
+    /// no longer reaches resumes.
     Budget {
         usd: f64,
         task: Option<TaskId>,
         by: Option<String>,
     },
-    /// The operator's decision on an asked call (added with approvals).
+    /// The operator's decision on an asked call.
     Decide {
         task: TaskId,
         id: String,
@@ -145,7 +145,7 @@ struct Wire {
     interrupt: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     by: Option<String>,
-    // Added with approvals: `ask` carries the call, `decide` the decision.
+    // `ask` carries the call, `decide` the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,7 +158,6 @@ struct Wire {
     decision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     message: Option<String>,
-    // Added with budgets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usd: Option<f64>,
 }
@@ -366,7 +365,7 @@ pub enum Answer {
         tasks: BTreeMap<TaskId, TaskStatus>,
     },
     Steer {
-        /// How the message reaches the engine (added with the live channel): `live` (written into
+        /// How the message reaches the engine: `live` (written into
         /// the running turn) or `resume` (a resume of the session at the turn boundary).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         delivery: Option<Delivery>,
@@ -392,7 +391,7 @@ pub enum Answer {
         paused: bool,
         running: usize,
     },
-    /// A budget set (added with budgets); `spent_usd` is the run's spend so far.
+    /// A budget set; `spent_usd` is the run's spend so far.
     Budget {
         budget_usd: f64,
         detail: String,
@@ -401,13 +400,13 @@ pub enum Answer {
         spent_usd: Option<f64>,
     },
     /// The decision on an asked call, as claude's permission answer (`{"behavior":"allow"}` or
-    /// `{"behavior":"deny","message":…}`). Before `Stop` (added with approvals).
+    /// `{"behavior":"deny","message":…}`). Before `Stop`.
     Ask {
         decision: serde_json::Value,
         id: String,
         ok: True,
     },
-    /// A decision recorded (added with approvals).
+    /// A decision recorded.
     Decide {
         approval: Box<crate::journal::ApprovalView>,
         detail: String,

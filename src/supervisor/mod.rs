@@ -307,22 +307,7 @@ pub async fn supervise(
         start_sha: view.start_sha.clone(),
         hooks: if plan_hooks { crate::git::Hooks::Repo } else { crate::git::Hooks::Off },
     });
-    let mut s = Scheduler {
-        paused: view.status == RunStatus::Paused,
-        ctx,
-        opts,
-        stopping: None,
-        pipelines: JoinSet::new(),
-        pipeline_tasks: HashMap::new(),
-        resume_at: HashMap::new(),
-        kill_replies: HashMap::new(),
-        broken: HashMap::new(),
-        idle_since: None,
-        tallies: Default::default(),
-        stalled: HashMap::new(),
-        rate_wake: None,
-        rate_limits: 0,
-    };
+    let mut s = Scheduler::new(ctx, opts, view.status == RunStatus::Paused);
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
     s.rearm_rate_limit();
     let ending = s.serve(listener, shutdown).await?;
@@ -334,20 +319,7 @@ pub async fn supervise(
     if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
         let view = journal::replay(&journal_path).unwrap_or_default();
         remove_task_worktrees(&home, &run_id, &run_wt, &view).await;
-        // The home's retention setting, applied as each run ends (never failing it).
-        let h = home.clone();
-        let pruned = tokio::task::spawn_blocking(move || match crate::prune::retention(&h) {
-            Ok(Some(opts)) => crate::prune::prune(&h, &opts).map(|r| r.pruned.len()),
-            Ok(None) => Ok(0),
-            Err(e) => Err(e),
-        })
-        .await;
-        match pruned {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(RUN_ID = %run_id, runs = n, "old runs pruned (retention.json)"),
-            Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "retention not applied"),
-            Err(_) => {}
-        }
+        apply_retention(&home, &run_id).await;
     }
     if let Some(p) = &liveness_path {
         clear_liveness(p, &run_id);
@@ -362,7 +334,43 @@ pub async fn supervise(
     Ok(ending)
 }
 
+/// The home's retention setting, applied as a run ends (never failing it).
+async fn apply_retention(home: &Home, run_id: &RunId) {
+    let h = home.clone();
+    let pruned = tokio::task::spawn_blocking(move || match crate::prune::retention(&h) {
+        Ok(Some(opts)) => crate::prune::prune(&h, &opts).map(|r| r.pruned.len()),
+        Ok(None) => Ok(0),
+        Err(e) => Err(e),
+    })
+    .await;
+    match pruned {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => tracing::info!(RUN_ID = %run_id, runs = n, "old runs pruned (retention.json)"),
+        Ok(Err(e)) => tracing::warn!(RUN_ID = %run_id, error = %e, "retention not applied"),
+        Err(_) => {}
+    }
+}
+
 impl Scheduler {
+    fn new(ctx: Arc<Ctx>, opts: Options, paused: bool) -> Scheduler {
+        Scheduler {
+            paused,
+            ctx,
+            opts,
+            stopping: None,
+            pipelines: JoinSet::new(),
+            pipeline_tasks: HashMap::new(),
+            resume_at: HashMap::new(),
+            kill_replies: HashMap::new(),
+            broken: HashMap::new(),
+            idle_since: None,
+            tallies: Default::default(),
+            stalled: HashMap::new(),
+            rate_wake: None,
+            rate_limits: 0,
+        }
+    }
+
     /// The scheduler loop: serves the control socket (when there is one), dispatches, and collects
     /// finished pipelines until the run ends or `shutdown` resolves. Answers given before the end
     /// (stop's, say) are written before it returns.

@@ -378,31 +378,27 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
     }
 }
 
-/// One wrapper turn. Returns the session id and the changed files.
-async fn turn(
-    ctx: &Ctx,
-    task: &Task,
+/// What the `leased` record of a turn says.
+struct Lease {
     attempt: u32,
-    prompt: &str,
-    resume: Option<String>,
+    session: Option<String>,
+    logfile: PathBuf,
     note: Option<String>,
-) -> Step<(Option<String>, Vec<String>)> {
+}
+
+/// Makes the task's worktree ready and journals `leased`: the worktree (its base, and an earlier
+/// attempt to carry, with its conflicts, go on the record), then `setup` on the clean tip, then the
+/// carry. A failure is journaled as the turn's halt. Returns the turn's prompt.
+async fn ready(ctx: &Ctx, task: &Task, lease: Lease, prompt: &str) -> Step<String> {
     let id = &task.id;
-    // claude's session is assigned before the turn, so kill-then-resume works before any token.
-    let assigned = (resume.is_none() && task.adapter == Adapter::Claude).then(|| uuid::Uuid::new_v4().to_string());
-    let logfile = ctx.pointer.default_logfile(id);
-    if let Some(d) = logfile.parent() {
-        let _ = std::fs::create_dir_all(d);
-    }
-    let known_session = resume.clone().or_else(|| assigned.clone());
     // The worktree is made ready first: its base (and an earlier attempt carried into it) goes on
     // the `leased` record. A failure is journaled as the turn's halt.
     let prepared = workspace(ctx, task).await;
     let mut leased = Record::task(id, TaskState::Leased);
-    leased.attempt = Some(attempt);
-    leased.session_id = known_session.clone();
-    leased.logfile = Some(logfile.clone());
-    leased.detail = note;
+    leased.attempt = Some(lease.attempt);
+    leased.session_id = lease.session.clone();
+    leased.logfile = Some(lease.logfile);
+    leased.detail = lease.note;
     if let Ok(p) = &prepared {
         leased.base = Some(p.base.clone());
         leased.carried = p.carry.as_ref().map(|c| crate::journal::Carried {
@@ -413,10 +409,11 @@ async fn turn(
     ctx.append(leased)?;
     let prepared = match prepared {
         Ok(p) => p,
-        Err(e) => return Err(ctx.halt(id, 1, e, known_session)),
+        Err(e) => return Err(ctx.halt(id, 1, e, lease.session)),
     };
-    ctx.check_killed(id, known_session.clone())?;
+    ctx.check_killed(id, lease.session.clone())?;
     let cwd = ctx.cwd(id);
+    let known_session = lease.session;
     if let Some(tree) = ctx.tree(id) {
         // `setup` runs on the clean tip, before an earlier attempt (and its conflict markers) is
         // carried in; it runs until it has succeeded once in this worktree.
@@ -445,6 +442,67 @@ async fn turn(
         }
         _ => prompt.to_string(),
     };
+    Ok(prompt)
+}
+
+/// The wrapper's permission settings for the task: its allowed tools, the permission mode of a task
+/// that asks, and (a batch turn that asks) the MCP permission tool's config. Fails only when that
+/// config cannot be written.
+fn permissions_env(ctx: &Ctx, task: &Task, live: bool, cmd: &mut tokio::process::Command) -> std::io::Result<()> {
+    if let Some(rules) = ctx.plan.allowed_tools(task) {
+        // claude's --allowedTools takes comma-separated rules (a rule may hold spaces).
+        cmd.env("HARNESS_CLAUDE_ALLOWED_TOOLS", rules.join(","));
+    }
+    // A task that asks runs in claude's default permission mode: only its allowed tools run unasked
+    // (acceptEdits would let every edit through).
+    if ctx.plan.asks(task) {
+        cmd.env("HARNESS_CLAUDE_PERMISSION_MODE", "default");
+    }
+    // A batch turn that asks: claude's permission prompts go to our MCP permission tool.
+    if !live
+        && ctx.plan.asks(task)
+        && let Some(path) = permission_mcp_config(ctx, &task.id)?
+    {
+        cmd.env("HARNESS_CLAUDE_PERMISSION_MCP", path);
+    }
+    Ok(())
+}
+
+/// Halts a turn the engine's rate limit stopped, saying when it lifts (when the engine said).
+fn rate_limited(ctx: &Ctx, id: &TaskId, rc: i32, l: &crate::ratelimit::Limited, session: Option<String>) -> End {
+    let when = l
+        .resets_at
+        .map(|t| {
+            let at = std::time::UNIX_EPOCH + Duration::from_secs(t);
+            format!(" (lifts at {})", humantime::format_rfc3339_seconds(at))
+        })
+        .unwrap_or_default();
+    match ctx.halt(id, rc, format!("rate_limited: {}{when}", l.said), session) {
+        End::Halted => End::RateLimited(l.resets_at),
+        other => other,
+    }
+}
+
+/// One wrapper turn. Returns the session id and the changed files.
+async fn turn(
+    ctx: &Ctx,
+    task: &Task,
+    attempt: u32,
+    prompt: &str,
+    resume: Option<String>,
+    note: Option<String>,
+) -> Step<(Option<String>, Vec<String>)> {
+    let id = &task.id;
+    // claude's session is assigned before the turn, so kill-then-resume works before any token.
+    let assigned = (resume.is_none() && task.adapter == Adapter::Claude).then(|| uuid::Uuid::new_v4().to_string());
+    let logfile = ctx.pointer.default_logfile(id);
+    if let Some(d) = logfile.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let known_session = resume.clone().or_else(|| assigned.clone());
+    let lease = Lease { attempt, session: known_session.clone(), logfile: logfile.clone(), note };
+    let prompt = ready(ctx, task, lease, prompt).await?;
+    let cwd = ctx.cwd(id);
     let prompt = prompt.as_str();
     let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.txt"), &known_session)?;
     if let Err(e) = std::fs::write(&prompt_file, prompt) {
@@ -475,31 +533,8 @@ async fn turn(
     };
     let mut cmd = wrapper::command(&ctx.wrappers, &t);
     ctx.label(&mut cmd, id);
-    if let Some(rules) = ctx.plan.allowed_tools(task) {
-        // claude's --allowedTools takes comma-separated rules (a rule may hold spaces).
-        cmd.env("HARNESS_CLAUDE_ALLOWED_TOOLS", rules.join(","));
-    }
-    // A task that asks runs in claude's default permission mode: only its allowed tools run unasked
-    // (acceptEdits would let every edit through).
-    if ctx.plan.asks(task) {
-        cmd.env("HARNESS_CLAUDE_PERMISSION_MODE", "default");
-    }
-    // A batch turn that asks: claude's permission prompts go to our MCP permission tool.
-    if !live && ctx.plan.asks(task) {
-        match permission_mcp_config(ctx, id) {
-            Ok(Some(path)) => {
-                cmd.env("HARNESS_CLAUDE_PERMISSION_MCP", path);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                return Err(ctx.halt(
-                    id,
-                    exit::NOT_RUN,
-                    format!("cannot write the approvals MCP config: {e}"),
-                    known_session,
-                ));
-            }
-        }
+    if let Err(e) = permissions_env(ctx, task, live, &mut cmd) {
+        return Err(ctx.halt(id, exit::NOT_RUN, format!("cannot write the approvals MCP config: {e}"), known_session));
     }
     let offset = std::fs::metadata(&logfile).map(|m| m.len()).unwrap_or(0);
     ctx.set_turn(id, Some((logfile.clone(), std::time::SystemTime::now())));
@@ -527,17 +562,7 @@ async fn turn(
     // Only this turn's lines (the log holds every earlier turn too).
     let turn_lines = crate::tail::read_from(&logfile, offset, None);
     if let Some(l) = crate::ratelimit::of_turn(task.adapter, &turn_lines) {
-        let when = l
-            .resets_at
-            .map(|t| {
-                let at = std::time::UNIX_EPOCH + Duration::from_secs(t);
-                format!(" (lifts at {})", humantime::format_rfc3339_seconds(at))
-            })
-            .unwrap_or_default();
-        return Err(match ctx.halt(id, rc, format!("rate_limited: {}{when}", l.said), session) {
-            End::Halted => End::RateLimited(l.resets_at),
-            other => other,
-        });
+        return Err(rate_limited(ctx, id, rc, &l, session));
     }
     if rc != 0 {
         return Err(ctx.halt(id, rc, out.detail(), session));
@@ -552,13 +577,18 @@ async fn turn(
     if task.adapter.is_verdict_seat() && !status.detail.starts_with("APPROVE") {
         return Err(ctx.halt(id, rc, format!("verdict: {}", status.detail), session));
     }
-    let mut implemented = Record::task(id, TaskState::Implemented);
-    implemented.rc = Some(0);
-    implemented.session_id = session.clone();
-    implemented.detail = Some(status.detail.clone());
-    implemented.files = Some(status.files.clone());
-    ctx.append(implemented)?;
+    ctx.append(implemented(id, &session, &status))?;
     Ok((session, status.files))
+}
+
+/// The `implemented` record of a turn that ended well.
+fn implemented(id: &TaskId, session: &Option<String>, status: &wrapper::Status) -> TaskRecord {
+    let mut r = Record::task(id, TaskState::Implemented);
+    r.rc = Some(0);
+    r.session_id = session.clone();
+    r.detail = Some(status.detail.clone());
+    r.files = Some(status.files.clone());
+    r
 }
 
 /// Whether `prompt` is the plan's own prompt of `task` (a first dispatch), not a steer's message.
@@ -800,21 +830,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     let subject = format!("{id}: {}", first_line(&task.prompt));
     let wt = ctx.cwd(id);
     if !wt.is_dir() {
-        // Only a lost record or a user's `rm` gets here: the run end removes a worktree after its
-        // task's `committed` record. A turn that reported nothing had nothing to lose.
-        if files.is_empty() {
-            return commit_nothing(
-                ctx,
-                id,
-                "no changes: the task's worktree is gone and its turn reported no files; nothing was committed",
-            );
-        }
-        let detail = format!(
-            "commit failed: the task's worktree {} is gone, and with it the turn's changes to {}; nothing was committed (`harness steer` redoes the task)",
-            wt.display(),
-            files.join(", ")
-        );
-        return Err(ctx.halt(id, 1, detail, session));
+        return worktree_gone(ctx, id, &wt, files, session);
     }
     let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
     let base = match blocking(|| base_of(ctx, &view, id, &wt)) {
@@ -828,19 +844,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
             true => Some(worktree::integration_lock(&wt).map_err(|e| e.to_string())?),
             false => None,
         };
-        if let Some(t) = &tree {
-            worktree::settle(t);
-        }
-        match &tree {
-            Some(t) => {
-                for l in crate::git::clear_stale_locks(&wt, &t.branch, timeouts::STALE_LOCK_WAIT) {
-                    tracing::warn!(task = %id, lock = %l.display(), "removed a stale git lock left in the task's worktree");
-                }
-            }
-            None => {
-                crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
-            }
-        }
+        quiet_worktree(id, &wt, tree.as_ref());
         let owner = crate::git::Owner {
             run: ctx.run_id.as_str(),
             task: id.as_str(),
@@ -905,6 +909,41 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     }
     ctx.append(r)?;
     Ok(Committed::Done)
+}
+
+/// Waits out (or, in a task's own worktree, clears) what a git killed with an earlier supervisor
+/// left: a stopped rebase, stale locks, a commit still finishing in the run's worktree.
+fn quiet_worktree(id: &TaskId, wt: &Path, tree: Option<&worktree::TaskTree>) {
+    match tree {
+        Some(t) => {
+            worktree::settle(t);
+            for l in crate::git::clear_stale_locks(wt, &t.branch, timeouts::STALE_LOCK_WAIT) {
+                tracing::warn!(task = %id, lock = %l.display(), "removed a stale git lock left in the task's worktree");
+            }
+        }
+        None => {
+            crate::git::wait_index_unlocked(wt, timeouts::INDEX_LOCK_WAIT);
+        }
+    }
+}
+
+/// The commit step of a task whose worktree is gone. Only a lost record or a user's `rm` gets
+/// here: the run end removes a worktree after its task's `committed` record. A turn that reported
+/// nothing had nothing to lose; one that reported files halts, naming them.
+fn worktree_gone(ctx: &Ctx, id: &TaskId, wt: &Path, files: &[String], session: Option<String>) -> Step<Committed> {
+    if files.is_empty() {
+        return commit_nothing(
+            ctx,
+            id,
+            "no changes: the task's worktree is gone and its turn reported no files; nothing was committed",
+        );
+    }
+    let detail = format!(
+        "commit failed: the task's worktree {} is gone, and with it the turn's changes to {}; nothing was committed (`harness steer` redoes the task)",
+        wt.display(),
+        files.join(", ")
+    );
+    Err(ctx.halt(id, 1, detail, session))
 }
 
 /// Removes an integrated (or nothing-to-commit) task's worktree, branch and refs; a failure is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs inside a private mount namespace (tests/faults.rs): the run's runstate directory is a tiny
+# Runs inside a private mount namespace (tests/it/faults.rs): the run's runstate directory is a tiny
 # tmpfs. Checks that a verb is refused with a clear error when the journal cannot be appended to (disk
 # full), that nothing acknowledged is lost, and that a read-only runstate is a clear error.
 # env: HARNESS_BIN, REPO, WORK. Prints "ok <what>" per step, "FAIL <why>" and exit 1 else.

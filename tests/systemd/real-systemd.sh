@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs inside a private mount + pid namespace (tests/systemd.rs starts it with unshare): a hermetic
+# Runs inside a private mount + pid namespace (tests/it/systemd.rs starts it with unshare): a hermetic
 # systemd user manager and journald, the harness units installed by `harness install`, then the
 # scenarios of the OS-integration issue. Prints "ok <what>" per step; "FAIL <why>" and exit 1 else.
 #
