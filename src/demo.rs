@@ -4,6 +4,7 @@
 //! commands to watch, steer and kill it, and narrates the journal as the run moves. Ctrl-C stops the
 //! run and the API. Nothing outside the scratch directory is touched.
 
+use crate::engine::Adapter;
 use crate::home::Home;
 use crate::ids::RunId;
 use std::net::SocketAddr;
@@ -105,10 +106,11 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
     let (_plan, pointer) = crate::runner::register(&home, &launch).map_err(|e| e.to_string())?;
     let id = pointer.run_id.clone();
     let engines = fixtures.join("engines");
+    let fake = |a: Adapter, name: &str| (a.binary_env().to_string(), engines.join(name).display().to_string());
     let envs: Vec<(String, String)> = vec![
-        ("HARNESS_CLAUDE_BIN".into(), engines.join("fake-claude").display().to_string()),
-        ("HARNESS_CURSOR_BIN".into(), engines.join("fake-cursor-agent").display().to_string()),
-        ("HARNESS_CODEX_BIN".into(), engines.join("fake-codex").display().to_string()),
+        fake(Adapter::Claude, "fake-claude"),
+        fake(Adapter::Cursor, "fake-cursor-agent"),
+        fake(Adapter::Codex, "fake-codex"),
         ("HARNESS_FAKE_PACE".into(), pace.env().0),
         ("HARNESS_FAKE_SLOW_PACE".into(), pace.env().1),
         ("HARNESS_FAKE_WRITE".into(), "1".into()),

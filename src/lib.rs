@@ -2,7 +2,6 @@
 //!
 //! See `ARCHITECTURE.md` for the code map and the invariants each module keeps.
 
-pub mod adapter;
 pub mod api;
 pub mod approval_mcp;
 pub mod audit;
@@ -10,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod engine;
 pub mod events;
 pub mod exit;
 pub mod flock;
@@ -21,12 +21,10 @@ pub mod install;
 pub mod journal;
 pub mod launchd;
 pub mod liveness;
-pub mod normalize;
 pub mod notify;
 pub mod peer;
 pub mod plan;
 pub mod prune;
-pub mod ratelimit;
 pub mod registry;
 pub mod render;
 pub mod rules;
@@ -38,6 +36,5 @@ pub mod supervisor;
 pub mod tail;
 pub mod term;
 pub mod timeouts;
-pub mod usage;
 pub mod worktree;
 pub mod wrapper;

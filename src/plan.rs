@@ -2,7 +2,7 @@
 //! reported, each naming the task and the field), and the wave view the scheduler and the durable
 //! API draw from. This module runs nothing.
 
-use crate::adapter::Adapter;
+use crate::engine::Adapter;
 use crate::ids::{Slug, TaskId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -476,7 +476,7 @@ impl Plan {
         );
         let session = parse_session(obj.get("session"), &mut errs);
         let tasks = parse_tasks(obj.get("tasks"), &mut errs);
-        if session.is_some() && (tasks.len() != 1 || tasks.iter().any(|t: &Task| t.adapter != Adapter::Claude)) {
+        if session.is_some() && (tasks.len() != 1 || tasks.iter().any(|t: &Task| !t.adapter.has_live_channel())) {
             errs.push("session: a session plan has exactly one task, a claude one".into());
         }
         match (errs.is_empty(), slug) {
@@ -531,12 +531,12 @@ impl Plan {
     /// Whether `task`'s turns run on the live channel: its own `live`, else the plan's, for claude
     /// tasks only.
     pub fn is_live(&self, task: &Task) -> bool {
-        task.adapter == Adapter::Claude && (self.session.is_some() || task.live.or(self.live).unwrap_or(false))
+        task.adapter.has_live_channel() && (self.session.is_some() || task.live.or(self.live).unwrap_or(false))
     }
 
     /// Whether `task`'s tool calls outside its allowed tools are asked of the operator.
     pub fn asks(&self, task: &Task) -> bool {
-        task.adapter == Adapter::Claude && task.approvals.or(self.approvals) == Some(Approvals::Ask)
+        task.adapter.asks_permissions() && task.approvals.or(self.approvals) == Some(Approvals::Ask)
     }
 
     /// `task`'s allowed tools (claude rules), when the plan says; else the wrappers' default applies.
@@ -620,12 +620,12 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
             false
         }
     };
-    if review && adapter == Some(Adapter::Codex) {
+    if review && adapter.is_some_and(Adapter::is_verdict_seat) {
         errs.push(format!("{label}: review: a codex task is itself a verdict seat and cannot be reviewed"));
     }
     let live = opt_bool(o.get("live"), &format!("{label}: live"), errs);
     if live == Some(true)
-        && let Some(a) = adapter.filter(|a| *a != Adapter::Claude)
+        && let Some(a) = adapter.filter(|a| !a.has_live_channel())
     {
         errs.push(format!(
             "{label}: live: the live channel is claude's (adapter {a} has no input while a turn runs; steer resumes it)"
@@ -635,7 +635,7 @@ fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
     let approvals = parse_approvals(o.get("approvals"), &field, errs);
     let allowed_tools = parse_rules("allowed_tools", o.get("allowed_tools"), &field, errs);
     let budget_usd = parse_budget(o.get("budget_usd"), &field, errs);
-    if let Some(a) = adapter.filter(|a| *a != Adapter::Claude) {
+    if let Some(a) = adapter.filter(|a| !a.asks_permissions()) {
         for (name, set) in [("approvals", approvals.is_some()), ("allowed_tools", allowed_tools.is_some())] {
             if set {
                 errs.push(format!("{label}: {name}: claude's tool permissions do not apply to adapter {a}"));

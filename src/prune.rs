@@ -248,7 +248,7 @@ fn keep_usage(p: &Pointer, view: &journal::RunView) -> Result<(), String> {
     let Ok(plan) = crate::plan::Plan::load(&p.plan_path()) else { return Ok(()) };
     let mut tallies = crate::spend::LogTallies::default();
     let (_, per_task) = crate::spend::run_spend(&plan, view, p, |a, log| tallies.usage(a, log));
-    let kept: std::collections::BTreeMap<String, crate::usage::Usage> =
+    let kept: std::collections::BTreeMap<String, crate::engine::usage::Usage> =
         per_task.into_iter().map(|(t, u)| (t.to_string(), u)).collect();
     let body = serde_json::json!({"v": "usage-kept/v1", "tasks": kept});
     crate::home::write_atomic(

@@ -1,8 +1,8 @@
-//! Spend: each task log's usage (`crate::usage`), read incrementally — only what a log gained since
+//! Spend: each task log's usage (`crate::engine::usage`), read incrementally — only what a log gained since
 //! the last look is read — for the API's views and the supervisor's budgets; and the budget check.
 
-use crate::adapter::Adapter;
-use crate::usage::{Tally, Usage};
+use crate::engine::Adapter;
+use crate::engine::usage::{Tally, Usage};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

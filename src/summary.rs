@@ -159,16 +159,16 @@ impl RunFiles {
     /// Each task's usage and the run's (their sum), from the plan's tasks' logs.
     pub fn usage(
         &self,
-        tallies: &mut dyn FnMut(crate::adapter::Adapter, &Path) -> crate::usage::Usage,
-    ) -> (crate::usage::Usage, Vec<(crate::ids::TaskId, crate::usage::Usage)>) {
+        tallies: &mut dyn FnMut(crate::engine::Adapter, &Path) -> crate::engine::usage::Usage,
+    ) -> (crate::engine::usage::Usage, Vec<(crate::ids::TaskId, crate::engine::usage::Usage)>) {
         match &self.plan {
             Some(plan) => crate::spend::run_spend(plan, &self.view, &self.pointer, tallies),
-            None => (crate::usage::Usage::sum([]), Vec::new()),
+            None => (crate::engine::usage::Usage::sum([]), Vec::new()),
         }
     }
 
     /// The run's Overview row (without `live`, which is asked per request).
-    pub fn row(&self, usage: &crate::usage::Usage) -> Value {
+    pub fn row(&self, usage: &crate::engine::usage::Usage) -> Value {
         let p = &self.pointer;
         json!({
             "runId": p.run_id,
@@ -225,7 +225,7 @@ pub fn activity_ns(ts: &str) -> i64 {
 pub fn build(
     pointer: Pointer,
     pointer_fp: Option<Fp>,
-    usage_of: &mut dyn FnMut(crate::adapter::Adapter, &Path) -> crate::usage::Usage,
+    usage_of: &mut dyn FnMut(crate::engine::Adapter, &Path) -> crate::engine::usage::Usage,
 ) -> Result<Summary, String> {
     let fps = Fps::now(pointer_fp, &pointer);
     let files = RunFiles::load(pointer)?;

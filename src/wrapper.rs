@@ -2,7 +2,7 @@
 //! for a turn, the process group, and parsing the status line. It decides no policy: what a result
 //! means for the task is the supervisor's business.
 
-use crate::adapter::Adapter;
+use crate::engine::Adapter;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

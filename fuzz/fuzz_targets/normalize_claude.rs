@@ -2,8 +2,8 @@
 //! every event's seq is its line, and every event serializes to JSON that parses back.
 #![no_main]
 
-use harness::adapter::Adapter;
-use harness::normalize::{Context, normalize_line};
+use harness::engine::Adapter;
+use harness::engine::normalize::{Context, normalize_line};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

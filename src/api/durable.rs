@@ -5,13 +5,13 @@
 //! (length, mtime, inode) of every file the summary was computed from, so a warm `GET /runs` over
 //! thousands of runs costs a `readdir` and a few `stat`s per run. Liveness of a pid is never cached.
 
+use crate::engine::usage::Usage;
 use crate::home::Home;
 use crate::ids::{RunId, TaskId};
 use crate::journal::{RunView, TaskState};
 use crate::liveness;
 use crate::registry::{self, Pointer};
 pub use crate::summary::RunFiles;
-use crate::usage::Usage;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,7 +35,7 @@ pub struct Durable {
     /// `GET /runs`.
     pub overview: super::overview::Overview,
     /// Each task log's usage fold, carried on from where it stopped while the log only grows.
-    usage: Mutex<HashMap<std::path::PathBuf, (crate::spend::FileMark, crate::usage::Tally)>>,
+    usage: Mutex<HashMap<std::path::PathBuf, (crate::spend::FileMark, crate::engine::usage::Tally)>>,
 }
 
 impl Durable {
@@ -44,7 +44,7 @@ impl Durable {
     }
 
     /// One task log's usage, reading only what the log gained since the last call.
-    pub fn log_usage(&self, adapter: crate::adapter::Adapter, log: &Path) -> Usage {
+    pub fn log_usage(&self, adapter: crate::engine::Adapter, log: &Path) -> Usage {
         let known = self.usage.lock().unwrap_or_else(|p| p.into_inner()).remove(log);
         let (kept, usage) = crate::spend::carry_on(known, adapter, log);
         if let Some(k) = kept {

@@ -4,9 +4,9 @@
 //! a reconnect — even to a restarted API — continues exactly.
 
 use super::{Api, Body, error_response, full};
+use crate::engine::normalize::{self, Context};
 use crate::events::{Data, Event, Seq, Writer};
 use crate::ids::{RunId, TaskId};
-use crate::normalize::{self, Context};
 use crate::registry::Pointer;
 use crate::tail::{Tail, TailState};
 use bytes::Bytes;
@@ -24,7 +24,7 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 pub struct Source {
     pub pointer: Pointer,
     pub task: TaskId,
-    pub adapter: crate::adapter::Adapter,
+    pub adapter: crate::engine::Adapter,
     pub logfile: PathBuf,
     pub session: Option<String>,
 }
@@ -34,7 +34,7 @@ pub fn source(api: &Api, run: &RunId, task: &TaskId) -> Result<Source, Response<
     let files = api.durable.load(run).map_err(super::durable_error)?;
     let planned = files.plan.as_ref().and_then(|p| p.task(task)).map(|t| t.adapter);
     let journaled = files.view.tasks.get(task);
-    let Some(adapter) = planned.or(journaled.map(|_| crate::adapter::Adapter::Claude)) else {
+    let Some(adapter) = planned.or(journaled.map(|_| crate::engine::Adapter::DEFAULT)) else {
         return Err(error_response(StatusCode::NOT_FOUND, format!("run {run} has no task {task}")));
     };
     let live = files.liveness.as_ref().and_then(|l| l.tasks.get(task));

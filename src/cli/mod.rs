@@ -12,9 +12,9 @@ mod remote;
 mod start;
 mod top;
 
-use crate::adapter::Adapter;
 use crate::client::Client;
 use crate::config;
+use crate::engine::Adapter;
 use crate::home::Home;
 use crate::journal::Verb;
 use crate::registry::Plane;

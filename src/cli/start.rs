@@ -5,8 +5,8 @@
 use super::Tuning;
 use super::error::{CliError, during, failed, usage};
 use super::local::home;
-use crate::adapter::Adapter;
 use crate::config;
+use crate::engine::Adapter;
 use crate::home::Home;
 use crate::ids::RunId;
 use crate::term::out;
@@ -265,9 +265,16 @@ pub(super) fn normalize_events(
                 &now
             }
         };
-        let ctx = crate::normalize::Context { run, task, session, observed_ts };
-        let used =
-            crate::normalize::normalize_lines(adapter, &buf[..filled], eof, &mut line_no, &ctx, &writer, &mut out);
+        let ctx = crate::engine::normalize::Context { run, task, session, observed_ts };
+        let used = crate::engine::normalize::normalize_lines(
+            adapter,
+            &buf[..filled],
+            eof,
+            &mut line_no,
+            &ctx,
+            &writer,
+            &mut out,
+        );
         buf.copy_within(used..filled, 0);
         filled -= used;
         if (n < CHUNK || out.len() >= CHUNK || eof) && !out.is_empty() {

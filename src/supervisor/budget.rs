@@ -6,11 +6,11 @@
 
 use super::Scheduler;
 use super::control::{Answer, Refusal, True, refuse};
+use crate::engine::usage::Usage;
 use crate::ids::TaskId;
 use crate::journal::{ControlRecord, Outcome, Record, RunEvent, RunView, Verb};
 use crate::plan::OnBudget;
 use crate::spend::Crossed;
-use crate::usage::Usage;
 
 impl Scheduler {
     /// Each planned task's spend and the run's.

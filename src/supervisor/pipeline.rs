@@ -5,7 +5,7 @@
 //! kill verb is honoured at every stage.
 
 use super::kill;
-use crate::adapter::Adapter;
+use crate::engine::Adapter;
 use crate::home::Home;
 use crate::ids::{RunId, TaskId};
 use crate::journal::{Journal, Record, TaskRecord, TaskState};
@@ -469,7 +469,13 @@ fn permissions_env(ctx: &Ctx, task: &Task, live: bool, cmd: &mut tokio::process:
 }
 
 /// Halts a turn the engine's rate limit stopped, saying when it lifts (when the engine said).
-fn rate_limited(ctx: &Ctx, id: &TaskId, rc: i32, l: &crate::ratelimit::Limited, session: Option<String>) -> End {
+fn rate_limited(
+    ctx: &Ctx,
+    id: &TaskId,
+    rc: i32,
+    l: &crate::engine::ratelimit::Limited,
+    session: Option<String>,
+) -> End {
     let when = l
         .resets_at
         .map(|t| {
@@ -494,7 +500,7 @@ async fn turn(
 ) -> Step<(Option<String>, Vec<String>)> {
     let id = &task.id;
     // claude's session is assigned before the turn, so kill-then-resume works before any token.
-    let assigned = (resume.is_none() && task.adapter == Adapter::Claude).then(|| uuid::Uuid::new_v4().to_string());
+    let assigned = (resume.is_none() && task.adapter.assigns_session_id()).then(|| uuid::Uuid::new_v4().to_string());
     let logfile = ctx.pointer.default_logfile(id);
     if let Some(d) = logfile.parent() {
         let _ = std::fs::create_dir_all(d);
@@ -561,7 +567,7 @@ async fn turn(
     }
     // Only this turn's lines (the log holds every earlier turn too).
     let turn_lines = crate::tail::read_from(&logfile, offset, None);
-    if let Some(l) = crate::ratelimit::of_turn(task.adapter, &turn_lines) {
+    if let Some(l) = crate::engine::ratelimit::of_turn(task.adapter, &turn_lines) {
         return Err(rate_limited(ctx, id, rc, &l, session));
     }
     if rc != 0 {
@@ -720,7 +726,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
     }
     let log = ctx.file(id, "logs", format!("{id}.review.log"), &session)?;
     let t = wrapper::Turn {
-        adapter: Adapter::Codex,
+        adapter: Adapter::REVIEWER,
         prompt_file: &prompt_file,
         cwd: &cwd,
         log: &log,

@@ -1,4 +1,4 @@
-//! Rate limits: a turn that ends on one (`crate::ratelimit`) halts its task (`rate_limited: …`);
+//! Rate limits: a turn that ends on one (`crate::engine::ratelimit`) halts its task (`rate_limited: …`);
 //! unless the plan says `on_rate_limit: "halt"`, the run pauses (journaled as paused by
 //! `rate_limit`, with `resume_at`: when the engine said the limit lifts, else a back-off of 60 s
 //! doubling per consecutive limit, at most 1 h) and the supervisor resumes it by itself then,

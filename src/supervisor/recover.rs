@@ -123,7 +123,7 @@ fn looks_like_ours(pid: i32, wrappers: &Path, run: &crate::ids::RunId) -> bool {
     cmdline.split(|&b| b == 0).any(|arg| {
         let arg = String::from_utf8_lossy(arg);
         arg.starts_with(&marker)
-            || crate::adapter::Adapter::ALL.iter().any(|a| Path::new(arg.as_ref()) == wrappers.join(a.wrapper()))
+            || crate::engine::Adapter::ALL.iter().any(|a| Path::new(arg.as_ref()) == wrappers.join(a.wrapper()))
     })
 }
 

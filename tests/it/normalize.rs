@@ -2,8 +2,8 @@
 //! `*.events.jsonl`, compared whole, through the library and through the real CLI process.
 
 use crate::common::*;
-use harness::adapter::Adapter;
-use harness::normalize::{Context, normalize_line, normalize_stream};
+use harness::engine::Adapter;
+use harness::engine::normalize::{Context, normalize_line, normalize_stream};
 use proptest::prelude::*;
 use std::io::Write;
 use std::path::PathBuf;

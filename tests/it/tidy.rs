@@ -78,7 +78,7 @@ fn no_cli_import(path: &str, src: &str) -> Vec<String> {
 /// Rule: the normalizer, the event types and the usage fold are pure: no I/O, no clock, no global
 /// state.
 fn pure(path: &str, src: &str) -> Vec<String> {
-    if !(path.starts_with("normalize/") || path == "events.rs" || path == "usage.rs" || path == "ratelimit.rs") {
+    if !(path.starts_with("engine/") || path == "events.rs") {
         return vec![];
     }
     const FORBIDDEN: &[(&str, &str)] = &[
@@ -149,7 +149,35 @@ const RULES: &[(&str, Rule)] = &[
     ("pure", pure),
     ("git_only_in_git_rs", git_only_in_git_rs),
     ("api_writes_no_journal", api_writes_no_journal),
+    ("engine_knowledge_in_engine", engine_knowledge_in_engine),
 ];
+
+/// Rule: what an engine can do is asked of `Adapter` (`src/engine/`), never read off its variant
+/// elsewhere: no `== Adapter::X`, `!= Adapter::X` or `Adapter::X =>` outside `engine/` (naming a
+/// variant as a value, in a test or a table, is fine).
+fn engine_knowledge_in_engine(path: &str, src: &str) -> Vec<String> {
+    if path.starts_with("engine/") {
+        return vec![];
+    }
+    let c = code(src);
+    let c = c.split("#[cfg(test)]").next().unwrap_or("");
+    let squeezed: String = c.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    for pat in ["== Adapter::", "!= Adapter::", "==crate::engine::Adapter::", "== crate::engine::Adapter::"] {
+        if squeezed.contains(pat) {
+            out.push(format!("{path}: compares an engine (`{pat}`): ask an `Adapter` capability"));
+        }
+    }
+    let mut rest = squeezed.as_str();
+    while let Some(i) = rest.find("Adapter::") {
+        rest = &rest[i + "Adapter::".len()..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
+        if rest[name.len()..].trim_start().starts_with("=>") || rest[name.len()..].trim_start().starts_with('|') {
+            out.push(format!("{path}: matches on `Adapter::{name}`: the engine's knowledge belongs in `src/engine/`"));
+        }
+    }
+    out
+}
 
 /// Cycles among top-level modules (Tarjan's strongly connected components of size > 1).
 fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
@@ -308,14 +336,19 @@ fn each_rule_catches_what_it_is_for() {
     assert!(hits(no_cli_import, "api/mod.rs", "//! a\nuse crate::{cli, home};\n"));
     assert!(!hits(no_cli_import, "cli/remote.rs", "//! r\nuse crate::cli::CliError;\n"));
     assert!(!hits(no_cli_import, "api/mod.rs", "//! a\n// see crate::cli for the flags\n"));
-    assert!(hits(pure, "normalize/claude.rs", "let t = std::time::SystemTime::now();"));
+    assert!(hits(pure, "engine/claude/normalize.rs", "let t = std::time::SystemTime::now();"));
     assert!(hits(pure, "events.rs", "static COUNTER: u64 = 0;"));
-    assert!(hits(pure, "normalize/mod.rs", "let f = std::fs::read(p);"));
+    assert!(hits(pure, "engine/normalize.rs", "let f = std::fs::read(p);"));
     assert!(!hits(pure, "tail.rs", "let f = std::fs::read(p);"));
     assert!(hits(git_only_in_git_rs, "supervisor/pipeline.rs", "Command::new( \"git\" ).arg(\"add\")"));
     assert!(!hits(git_only_in_git_rs, "git.rs", "Command::new(\"git\")"));
     assert!(hits(api_writes_no_journal, "api/verbs.rs", "let j = Journal::open(&p)?; j.append(&rec)?;"));
     assert!(!hits(api_writes_no_journal, "api/verbs.rs", "crate::inbox::append(&pointer, verb)"));
+    assert!(hits(engine_knowledge_in_engine, "plan.rs", "if t.adapter == Adapter::Claude {"));
+    assert!(hits(engine_knowledge_in_engine, "api/x.rs", "match a { Adapter::Codex => 1, _ => 2 }"));
+    assert!(!hits(engine_knowledge_in_engine, "engine/mod.rs", "match self { Adapter::Codex => 1 }"));
+    assert!(!hits(engine_knowledge_in_engine, "plan.rs", "if t.adapter.has_live_channel() {"));
+    assert!(hits(pure, "engine/claude/normalize.rs", "let f = std::fs::read(p);"));
     let mut g = BTreeMap::new();
     g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
     g.insert("b".to_string(), BTreeSet::from(["a".to_string()]));

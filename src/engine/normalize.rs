@@ -9,11 +9,8 @@
 //! classified by a second, slow parse — not JSON, not an object, a known kind with a broken shape, or
 //! an unmapped kind — and becomes exactly one `error` event carrying up to 4 KiB of the raw line.
 
-mod claude;
-mod codex;
-mod cursor;
-
-use crate::adapter::Adapter;
+use super::Adapter;
+use super::{claude, codex, cursor};
 use crate::events::{Data, Event, Seq};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -115,9 +112,9 @@ fn map_text(adapter: Adapter, text: &str) -> Result<Mapped<'_>, Data<'static>> {
         return exit_marker(text);
     }
     let r = match adapter {
-        Adapter::Claude => claude::map(text),
-        Adapter::Cursor => cursor::map(text),
-        Adapter::Codex => codex::map(text),
+        Adapter::Claude => claude::normalize::map(text),
+        Adapter::Cursor => cursor::normalize::map(text),
+        Adapter::Codex => codex::normalize::map(text),
     };
     r.map_err(|refusal| match refusal {
         Refusal::Unmapped(kind) => Data::error(format!("unmapped {adapter} kind {kind}"), Some(text.as_bytes())),
@@ -153,9 +150,9 @@ fn classify(adapter: Adapter, text: &str) -> Data<'static> {
     let kind = obj.get("type").and_then(|t| t.as_str()).unwrap_or("(no type)");
     // Re-run the typed parse to get serde's own words for the broken field.
     let why = match adapter {
-        Adapter::Claude => parse_error::<claude::Line>(text),
-        Adapter::Cursor => parse_error::<cursor::Line>(text),
-        Adapter::Codex => parse_error::<codex::Line>(text),
+        Adapter::Claude => parse_error::<claude::normalize::Line>(text),
+        Adapter::Cursor => parse_error::<cursor::normalize::Line>(text),
+        Adapter::Codex => parse_error::<codex::normalize::Line>(text),
     };
     Data::error(format!("{adapter} {kind} line with a broken shape: {why}"), raw)
 }

@@ -3,14 +3,14 @@
 //! block (a complete block: `final: true`), `result.subtype` is "success" even on failure (read
 //! `is_error`), SIGTERM leaves no `result` line, key order is not stable.
 
-use super::{Mapped, Refusal, S, raw_str};
+use crate::engine::normalize::{Mapped, Refusal, S, raw_str};
 use crate::events::{Channel, Data, Json};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
-pub(super) struct Line<'a> {
+pub(crate) struct Line<'a> {
     #[serde(borrow, rename = "type")]
     kind: S<'a>,
     #[serde(borrow)]
@@ -100,7 +100,7 @@ struct Block<'a> {
     is_error: Option<bool>,
 }
 
-pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
+pub(crate) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
     let l: Line = serde_json::from_str(text).map_err(|_| Refusal::Parse)?;
     let kind = l.kind.as_deref().unwrap_or("(no type)");
     let data = match kind {

@@ -16,7 +16,7 @@
 //!
 //! A turn killed before its result line reports nothing; it is not counted.
 
-use crate::adapter::Adapter;
+use crate::engine::Adapter;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -320,11 +320,11 @@ mod tests {
 
     #[test]
     fn codex_counts_tokens_without_a_price_and_cursor_reports_neither() {
-        let codex = include_bytes!("../fixtures/streams/codex/basic.jsonl");
+        let codex = include_bytes!("../../fixtures/streams/codex/basic.jsonl");
         let u = of_log(Adapter::Codex, codex);
         assert_eq!((u.cost_usd, u.cost), (None, "tokens only"));
         assert!(u.turns >= 1 && u.input_tokens.unwrap() > 0, "{u:?}");
-        let cursor = include_bytes!("../fixtures/streams/cursor/direct-sleep.jsonl");
+        let cursor = include_bytes!("../../fixtures/streams/cursor/direct-sleep.jsonl");
         let u = of_log(Adapter::Cursor, cursor);
         assert_eq!((u.cost_usd, u.input_tokens, u.turns, u.cost), (None, None, 1, "not reported"));
         let run = Usage::sum([&of_log(Adapter::Codex, codex), &u]);

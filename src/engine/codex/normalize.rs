@@ -3,7 +3,7 @@
 //! items are `final: true`; an `error` line can be a non-fatal retry notice (only `turn.failed` or the
 //! exit status is final); a killed codex prints no terminal event.
 
-use super::{Mapped, Refusal, S, raw_str};
+use crate::engine::normalize::{Mapped, Refusal, S, raw_str};
 use crate::events::{Channel, Data, Json};
 use serde::Deserialize;
 use serde_json::json;
@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
-pub(super) struct Line<'a> {
+pub(crate) struct Line<'a> {
     #[serde(borrow, rename = "type")]
     kind: S<'a>,
     #[serde(borrow)]
@@ -73,7 +73,7 @@ struct ErrorObj<'a> {
     message: S<'a>,
 }
 
-pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
+pub(crate) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
     let l: Line = serde_json::from_str(text).map_err(|_| Refusal::Parse)?;
     let kind = l.kind.as_deref().unwrap_or("(no type)");
     let data = match kind {

@@ -6,7 +6,7 @@
 //! the message of one model call (`model_call_id`) or the closing message (neither field) — and is
 //! `final: true`.
 
-use super::{Mapped, Refusal, S, raw_str, ts_from_ms};
+use crate::engine::normalize::{Mapped, Refusal, S, raw_str, ts_from_ms};
 use crate::events::{Channel, Data, Json};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 #[derive(Deserialize)]
-pub(super) struct Line<'a> {
+pub(crate) struct Line<'a> {
     #[serde(borrow, rename = "type")]
     kind: S<'a>,
     #[serde(borrow)]
@@ -84,7 +84,7 @@ struct Success<'a> {
     exit_code: Option<i64>,
 }
 
-pub(super) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
+pub(crate) fn map(text: &str) -> Result<Mapped<'_>, Refusal> {
     let l: Line = serde_json::from_str(text).map_err(|_| Refusal::Parse)?;
     let kind = l.kind.as_deref().unwrap_or("(no type)");
     let sub = l.subtype.as_deref().unwrap_or("");

@@ -1,0 +1,10 @@
+//! cursor-agent: its stream dialect (`normalize`); it reports no rate limit we can read.
+
+pub(crate) mod normalize;
+
+use super::ratelimit::Limited;
+
+/// None: cursor-agent prints nothing that says a turn hit a rate limit.
+pub(crate) fn rate_limit<'a>(_lines: impl Iterator<Item = &'a [u8]>) -> Option<Limited> {
+    None
+}

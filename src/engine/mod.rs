@@ -1,0 +1,103 @@
+//! The engines a task runs on (claude, cursor, codex) and everything harness knows of each, in one
+//! place: `Adapter` and its capabilities (the rest of the crate asks these, never compares
+//! variants: tidy holds it), and one submodule per engine with its stream dialect and rate-limit
+//! reading; `normalize` (the dispatch and the shared event mapping), `usage` (the spend fold) and
+//! `ratelimit` dispatch to them. Everything here is pure (tidy): no I/O, clock or global.
+//!
+//! A new engine is a variant here plus a submodule; the compiler lists the matches that lack it.
+
+pub mod claude;
+pub mod codex;
+pub mod cursor;
+pub mod normalize;
+pub mod ratelimit;
+pub mod usage;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Adapter {
+    Claude,
+    Cursor,
+    Codex,
+}
+
+impl Adapter {
+    pub const ALL: [Adapter; 3] = [Adapter::Claude, Adapter::Cursor, Adapter::Codex];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adapter::Claude => "claude",
+            Adapter::Cursor => "cursor",
+            Adapter::Codex => "codex",
+        }
+    }
+
+    /// The wrapper script (under `wrappers/`) that dispatches a turn on this engine.
+    pub fn wrapper(self) -> &'static str {
+        match self {
+            Adapter::Claude => "na.sh",
+            Adapter::Cursor => "ca.sh",
+            Adapter::Codex => "codex.sh",
+        }
+    }
+
+    /// Codex runs as a review/verdict seat: steering a verdict is meaningless (409), kill is allowed.
+    pub fn is_verdict_seat(self) -> bool {
+        matches!(self, Adapter::Codex)
+    }
+
+    /// The engine that reviews a task (`review: true`): the verdict seat.
+    pub const REVIEWER: Adapter = Adapter::Codex;
+
+    /// The engine a journaled task falls back to when its plan no longer names it.
+    pub const DEFAULT: Adapter = Adapter::Claude;
+
+    /// harness picks the turn's session id before the turn (claude's `--session-id`), so a kill
+    /// before its first token can still be resumed.
+    pub fn assigns_session_id(self) -> bool {
+        matches!(self, Adapter::Claude)
+    }
+
+    /// A turn can run live: its prompt, steers and interrupts written into the running turn
+    /// (`live`, `session`).
+    pub fn has_live_channel(self) -> bool {
+        matches!(self, Adapter::Claude)
+    }
+
+    /// Its tool calls can be asked of the operator (`approvals: "ask"`) and limited by rules
+    /// (`allowed_tools`, `approve`).
+    pub fn asks_permissions(self) -> bool {
+        matches!(self, Adapter::Claude)
+    }
+
+    /// The environment variable that names the engine's binary for its wrapper.
+    pub fn binary_env(self) -> &'static str {
+        match self {
+            Adapter::Claude => "HARNESS_CLAUDE_BIN",
+            Adapter::Cursor => "HARNESS_CURSOR_BIN",
+            Adapter::Codex => "HARNESS_CODEX_BIN",
+        }
+    }
+}
+
+impl fmt::Display for Adapter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Adapter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "claude" => Ok(Adapter::Claude),
+            "cursor" => Ok(Adapter::Cursor),
+            "codex" => Ok(Adapter::Codex),
+            other => Err(format!("unknown adapter {other:?}: expected claude, cursor or codex")),
+        }
+    }
+}
