@@ -4,9 +4,9 @@
 //!
 //! Run: `cargo bench --bench durable` (figures printed; nothing asserted).
 
-use harness::home::Home;
-use harness::journal::{Record, RunEvent, TaskState};
-use harness::registry;
+use harness::os::home::Home;
+use harness::state::journal::{Record, RunEvent, TaskState};
+use harness::state::registry;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -177,7 +177,7 @@ fn main() {
     let mut best = f64::MAX;
     for _ in 0..3 {
         let t = Instant::now();
-        let v = harness::journal::replay_bytes(&bytes);
+        let v = harness::state::journal::replay_bytes(&bytes);
         let s = t.elapsed().as_secs_f64();
         assert_eq!(v.records as usize, n);
         best = best.min(s);

@@ -22,7 +22,7 @@ fn pct(v: &mut [Duration], p: f64) -> Duration {
 
 fn main() {
     // 2,000 sockets held open at once: above the usual soft limit of 1,024.
-    harness::service::raise_fd_limit();
+    harness::os::service::raise_fd_limit();
     lookup();
     sse_connect();
 }
@@ -37,7 +37,7 @@ fn lookup() {
         let (s, _) = listener.accept().unwrap();
         held.push((c, s));
     }
-    let me = harness::peer::own_uid();
+    let me = harness::os::peer::own_uid();
     let mut times = Vec::with_capacity(2000);
     let mut found = 0;
     for _ in 0..2000 {
@@ -45,7 +45,7 @@ fn lookup() {
         let (s, peer) = listener.accept().unwrap();
         let local = s.local_addr().unwrap();
         let t = Instant::now();
-        let uid = harness::peer::tcp_peer_uid(local, peer);
+        let uid = harness::os::peer::tcp_peer_uid(local, peer);
         times.push(t.elapsed());
         if uid == Some(me) {
             found += 1;
@@ -90,7 +90,7 @@ fn sse_connect() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     let api = Arc::new(harness::api::Api::new(
-        harness::home::Home::at(&home),
+        harness::os::home::Home::at(&home),
         harness::api::Config::default(),
         shutdown.clone(),
     ));
@@ -107,7 +107,7 @@ fn sse_connect() {
         shutdown,
         Duration::from_secs(1),
     ));
-    let me = harness::peer::own_uid();
+    let me = harness::os::peer::own_uid();
     let a = api.clone();
     rt.spawn(async move {
         loop {

@@ -2,9 +2,9 @@
 //! the dashboard's screen, in a real pseudo-terminal (util-linux `script`), 40 times (goal: within
 //! 100 ms). Loopback only. Run: `cargo bench --bench top`. Figures printed; nothing asserted.
 
-use harness::home::Home;
-use harness::journal::{Journal, Record, RunEvent};
-use harness::registry;
+use harness::os::home::Home;
+use harness::state::journal::{Journal, Record, RunEvent};
+use harness::state::registry;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

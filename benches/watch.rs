@@ -12,9 +12,9 @@
 //! Loopback only. Run: `cargo bench --bench watch` (`HARNESS_WATCH_SECS`, default 20; `HARNESS_WATCH_CLIENTS`,
 //! default 1000). Figures printed; nothing asserted.
 
-use harness::home::Home;
-use harness::journal::{Journal, Record, RunEvent};
-use harness::registry;
+use harness::os::home::Home;
+use harness::state::journal::{Journal, Record, RunEvent};
+use harness::state::registry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -256,7 +256,7 @@ fn phase(rt: &tokio::runtime::Runtime, clients: usize, secs: u64, unix: bool) ->
 }
 
 fn main() {
-    harness::service::raise_fd_limit();
+    harness::os::service::raise_fd_limit();
     let secs: u64 = std::env::var("HARNESS_WATCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     let clients: usize = std::env::var("HARNESS_WATCH_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
     // The clients: async tasks on a runtime of two threads (1,000 OS threads would spend the 2 cores

@@ -125,7 +125,7 @@ fn wave() {
 /// branch meanwhile (so the integration rebases), then `agent_commits` commits of the agent's own
 /// (0: the 5 files left uncommitted).
 fn integrate_once(repo: &Path, wt: &Path, n: usize, agent_commits: bool) -> Duration {
-    use harness::git::{self, Hooks, Owner, Squash, Squashed};
+    use harness::os::git::{self, Hooks, Owner, Squash, Squashed};
     let branch = format!("harness/bench/t{n}");
     git::worktree_add(repo, wt, &branch, "HEAD", Hooks::Off).unwrap();
     let base = git::head(wt).unwrap();
@@ -153,7 +153,7 @@ fn integrate_once(repo: &Path, wt: &Path, n: usize, agent_commits: bool) -> Dura
         keep_history: false,
     };
     let Squashed::Commit(_) = git::squash(wt, &sq).unwrap() else { panic!("no commit") };
-    harness::worktree::integrate(repo, wt, Some("main")).unwrap();
+    harness::os::worktree::integrate(repo, wt, Some("main")).unwrap();
     let took = t.elapsed();
     git::worktree_remove(repo, wt, &branch).unwrap();
     took

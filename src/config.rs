@@ -3,7 +3,7 @@
 //! must be mode 0600). One policy, read by the server and the CLI alike. Reads the environment and
 //! the token file; writes nothing.
 
-use crate::home::Home;
+use crate::os::home::Home;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

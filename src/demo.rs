@@ -5,8 +5,8 @@
 //! run and the API. Nothing outside the scratch directory is touched.
 
 use crate::engine::Adapter;
-use crate::home::Home;
 use crate::ids::RunId;
+use crate::os::home::Home;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +16,7 @@ const PLAN: &str = include_str!("../fixtures/demo/plan.json");
 fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
     let mut all = vec!["-c", "user.name=harness demo", "-c", "user.email=demo@localhost"];
     all.extend_from_slice(args);
-    crate::git::run(dir, &all).map(|_| ()).map_err(|e| format!("{e} (the demo needs git)"))
+    crate::os::git::run(dir, &all).map(|_| ()).map_err(|e| format!("{e} (the demo needs git)"))
 }
 
 /// The fixtures directory (fake engines): `$HARNESS_FIXTURES`, else the source tree's.
@@ -82,7 +82,7 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
     };
     let repo = dir.join("repo");
     std::fs::create_dir_all(repo.join("src")).map_err(|e| format!("{}: {e}", repo.display()))?;
-    let dir = crate::home::canonical_dir(&dir).map_err(|e| e.to_string())?;
+    let dir = crate::os::home::canonical_dir(&dir).map_err(|e| e.to_string())?;
     let repo = dir.join("repo");
     let home = Home::at(dir.join("home"));
     home.ensure().map_err(|e| e.to_string())?;
@@ -142,7 +142,7 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
     rt.block_on(async move {
         let narrator = tokio::spawn(narrate(pointer.journal_path()));
         let stop_run = async {
-            crate::service::terminated().await;
+            crate::os::service::terminated().await;
             say("harness demo: stopping the run and the API");
             stop(&home, &id).await;
         };
@@ -164,12 +164,12 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
 
 /// Prints each journal record as it is appended: the run's story in the demo's terminal.
 async fn narrate(journal: PathBuf) {
-    let index = crate::tail::LineIndex::default();
-    let Ok(mut tail) = crate::tail::Tail::at_line(&index, &journal, 1) else { return };
+    let index = crate::os::tail::LineIndex::default();
+    let Ok(mut tail) = crate::os::tail::Tail::at_line(&index, &journal, 1) else { return };
     loop {
         if let Ok((lines, _)) = tail.read_available(1 << 16) {
             for (_, line) in lines {
-                if let Ok(rec) = crate::journal::parse_line(&line) {
+                if let Ok(rec) = crate::state::journal::parse_line(&line) {
                     crate::term::out(&narration(&rec));
                 }
             }
@@ -178,8 +178,8 @@ async fn narrate(journal: PathBuf) {
     }
 }
 
-fn narration(rec: &crate::journal::Record) -> String {
-    use crate::journal::Body;
+fn narration(rec: &crate::state::journal::Record) -> String {
+    use crate::state::journal::Body;
     let t = rec.ts.get(11..19).unwrap_or(&rec.ts);
     match &rec.body {
         Body::Run(r) => {
@@ -205,7 +205,7 @@ fn narration(rec: &crate::journal::Record) -> String {
             "{t}  {:<6} approval {} {}{}",
             a.task.as_str(),
             a.tool.as_deref().unwrap_or(""),
-            crate::journal::approval_state_str(a.state),
+            crate::state::journal::approval_state_str(a.state),
             a.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
         ),
         Body::Attention(a) => format!(

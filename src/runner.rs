@@ -3,11 +3,11 @@
 //! units, else as a detached `harness supervise` process, or in this process (`--foreground`, and the
 //! unsupervised batch mode). It decides nothing about tasks.
 
-use crate::home::{self, Home};
 use crate::ids::{RunId, Slug};
-use crate::journal::{self, Journal, Record};
-use crate::plan::Plan;
-use crate::registry::{self, Plane, Pointer};
+use crate::os::home::{self, Home};
+use crate::state::journal::{self, Journal, Record};
+use crate::state::plan::Plan;
+use crate::state::registry::{self, Plane, Pointer};
 use std::path::Path;
 use std::time::Duration;
 
@@ -34,20 +34,20 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     let cwd = std::env::current_dir().map_err(|e| RunError::Failed(e.to_string()))?;
     let repo = match l.repo {
         Some(r) => r.to_path_buf(),
-        None => crate::git::toplevel(&cwd).unwrap_or_else(|| cwd.clone()),
+        None => crate::os::git::toplevel(&cwd).unwrap_or_else(|| cwd.clone()),
     };
     let repo = home::canonical_dir(&repo).map_err(|e| RunError::Invalid(format!("--repo: {e}")))?;
     let worktree = match l.worktree {
         Some(w) => home::canonical_dir(w).map_err(|e| RunError::Invalid(format!("--worktree: {e}")))?,
         None => repo.clone(),
     };
-    if !crate::git::is_worktree(&worktree) {
+    if !crate::os::git::is_worktree(&worktree) {
         return Err(RunError::Invalid(format!(
             "{} is not a git worktree: a run commits each task, so it needs one (git init)",
             worktree.display()
         )));
     }
-    if plan.isolation() == crate::plan::Isolation::Worktree && crate::git::head(&worktree).is_err() {
+    if plan.isolation() == crate::state::plan::Isolation::Worktree && crate::os::git::head(&worktree).is_err() {
         return Err(RunError::Invalid(format!(
             "{} has no commit yet: each task starts in its own worktree from the run's tip, so the branch needs a first commit (or set \"isolation\": \"shared\" with \"max_parallel\": 1)",
             worktree.display()
@@ -70,8 +70,8 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
             plan.slug
         )));
     }
-    if plan.isolation() == crate::plan::Isolation::Worktree {
-        let left = crate::worktree::left_work(home, &worktree, &run_id);
+    if plan.isolation() == crate::state::plan::Isolation::Worktree {
+        let left = crate::os::worktree::left_work(home, &worktree, &run_id);
         if !left.is_empty() {
             let list: Vec<String> = left.iter().map(|(what, why)| format!("{what}: {why}")).collect();
             return Err(RunError::Invalid(format!(
@@ -80,7 +80,7 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
             )));
         }
     }
-    crate::git::exclude_runstate(&worktree, &runstate).map_err(|e| RunError::Failed(e.to_string()))?;
+    crate::os::git::exclude_runstate(&worktree, &runstate).map_err(|e| RunError::Failed(e.to_string()))?;
     // The plan copy is written before the pointer (the API's cache relies on that order).
     let mut bytes = serde_json::to_vec_pretty(&plan).expect("a plan serializes");
     bytes.push(b'\n');
@@ -99,16 +99,16 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     let j = Journal::open(&pointer.journal_path()).map_err(|e| RunError::Failed(e.to_string()))?;
     let mode = if l.supervised { "supervised" } else { "batch" };
     let detail = Some(format!("{mode} run of {}", l.plan_path.display()));
-    j.append(&Record::started("runner", detail, pointer.branch.clone(), crate::git::head(&worktree).ok()))
+    j.append(&Record::started("runner", detail, pointer.branch.clone(), crate::os::git::head(&worktree).ok()))
         .map_err(|e| RunError::Failed(e.to_string()))?;
     // The Overview's row of the new run, before any API asks for it.
-    crate::summary::refresh(home, &pointer, &mut Default::default());
+    crate::state::summary::refresh(home, &pointer, &mut Default::default());
     Ok((plan, pointer))
 }
 
 /// True when a systemd user manager answers and has the supervisor template unit.
 pub fn systemd_units_available() -> bool {
-    crate::install::systemctl_user_quiet(&["cat", "harness-supervisor@.service"])
+    crate::os::install::systemctl_user_quiet(&["cat", "harness-supervisor@.service"])
 }
 
 /// Variables a supervisor started by systemd needs from the caller's environment (the engines'

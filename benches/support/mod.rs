@@ -86,12 +86,12 @@ pub fn hanging_run(
 
 /// The pointer of a run registered by hand in `repo` (its `runstate/` made): what a bench writes with
 /// `registry::write` instead of starting `harness run`.
-pub fn bench_pointer(repo: &Path, slug: &str, repo_name: &str) -> harness::registry::Pointer {
+pub fn bench_pointer(repo: &Path, slug: &str, repo_name: &str) -> harness::state::registry::Pointer {
     let rs = repo.join("runstate");
     std::fs::create_dir_all(&rs).unwrap();
     let slug = harness::ids::Slug::parse(slug).unwrap();
-    harness::registry::Pointer {
-        v: harness::registry::VERSION.into(),
+    harness::state::registry::Pointer {
+        v: harness::state::registry::VERSION.into(),
         run_id: harness::ids::RunId::derive(repo, repo, &slug),
         slug,
         repo_root: repo.to_path_buf(),
@@ -100,7 +100,7 @@ pub fn bench_pointer(repo: &Path, slug: &str, repo_name: &str) -> harness::regis
         branch: Some("main".into()),
         worktree: repo.to_path_buf(),
         runstate_dir: rs,
-        plane: harness::registry::Plane::Standalone,
-        created: harness::journal::now_rfc3339(),
+        plane: harness::state::registry::Plane::Standalone,
+        created: harness::state::journal::now_rfc3339(),
     }
 }

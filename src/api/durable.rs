@@ -6,12 +6,12 @@
 //! thousands of runs costs a `readdir` and a few `stat`s per run. Liveness of a pid is never cached.
 
 use crate::engine::usage::Usage;
-use crate::home::Home;
 use crate::ids::{RunId, TaskId};
-use crate::journal::{RunView, TaskState};
-use crate::liveness;
-use crate::registry::{self, Pointer};
-pub use crate::summary::RunFiles;
+use crate::os::home::Home;
+use crate::state::journal::{RunView, TaskState};
+use crate::state::liveness;
+use crate::state::registry::{self, Pointer};
+pub use crate::state::summary::RunFiles;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,7 +35,7 @@ pub struct Durable {
     /// `GET /runs`.
     pub overview: super::overview::Overview,
     /// Each task log's usage fold, carried on from where it stopped while the log only grows.
-    usage: Mutex<HashMap<std::path::PathBuf, (crate::spend::FileMark, crate::engine::usage::Tally)>>,
+    usage: Mutex<HashMap<std::path::PathBuf, (crate::state::spend::FileMark, crate::engine::usage::Tally)>>,
 }
 
 impl Durable {
@@ -46,7 +46,7 @@ impl Durable {
     /// One task log's usage, reading only what the log gained since the last call.
     pub fn log_usage(&self, adapter: crate::engine::Adapter, log: &Path) -> Usage {
         let known = self.usage.lock().unwrap_or_else(|p| p.into_inner()).remove(log);
-        let (kept, usage) = crate::spend::carry_on(known, adapter, log);
+        let (kept, usage) = crate::state::spend::carry_on(known, adapter, log);
         if let Some(k) = kept {
             self.usage.lock().unwrap_or_else(|p| p.into_inner()).insert(log.to_path_buf(), k);
         }
@@ -56,8 +56,9 @@ impl Durable {
     /// Each task's usage and the run's (their sum): the plan's tasks, from their logs.
     pub fn run_usage(&self, files: &RunFiles) -> (Usage, HashMap<TaskId, Usage>) {
         let Some(plan) = &files.plan else { return (Usage::sum([]), HashMap::new()) };
-        let (run, per_task) =
-            crate::spend::run_spend(plan, &files.view, &files.pointer, |adapter, log| self.log_usage(adapter, log));
+        let (run, per_task) = crate::state::spend::run_spend(plan, &files.view, &files.pointer, |adapter, log| {
+            self.log_usage(adapter, log)
+        });
         (run, per_task.into_iter().collect())
     }
 
@@ -97,7 +98,7 @@ impl Durable {
                         tv["budget_usd"] = json!(files.view.task_budgets.get(&t.id).copied().or(t.budget_usd));
                         // A task whose turn may run: how long since its log last grew.
                         if files.view.state_of(&t.id) == Some(TaskState::Leased) {
-                            let log = crate::spend::task_log(&files.view, &files.pointer, &t.id);
+                            let log = crate::state::spend::task_log(&files.view, &files.pointer, &t.id);
                             let idle = std::fs::metadata(&log)
                                 .and_then(|m| m.modified())
                                 .ok()
@@ -139,7 +140,7 @@ impl Durable {
 
     /// The task's worktree, when it exists (additive field of the task views).
     fn add_worktree(&self, tv: &mut Value, run: &RunId, task: &TaskId) {
-        let tree = crate::worktree::of(&self.home, run, task);
+        let tree = crate::os::worktree::of(&self.home, run, task);
         if tree.path.is_dir() {
             tv["worktree"] = json!(tree.path);
         }
@@ -150,11 +151,11 @@ impl Durable {
     /// `state` only.
     pub fn approvals(&self, run: &RunId, state: Option<&str>) -> Result<Value, DurableError> {
         let files = self.load(run)?;
-        let mut list: Vec<&crate::journal::ApprovalView> = files
+        let mut list: Vec<&crate::state::journal::ApprovalView> = files
             .view
             .approvals
             .values()
-            .filter(|a| state.is_none_or(|s| crate::journal::approval_state_str(a.state) == s))
+            .filter(|a| state.is_none_or(|s| crate::state::journal::approval_state_str(a.state) == s))
             .collect();
         list.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
         Ok(json!({"runId": run, "approvals": list}))
@@ -203,8 +204,9 @@ impl Durable {
         v["session_id"] = json!(session_id);
         v["live"] = json!(live);
         if let Some(t) = planned {
-            let kept =
-                (!logfile.exists()).then(|| crate::spend::kept_usage(&files.pointer).remove(task.as_str())).flatten();
+            let kept = (!logfile.exists())
+                .then(|| crate::state::spend::kept_usage(&files.pointer).remove(task.as_str()))
+                .flatten();
             v["usage"] = json!(kept.unwrap_or_else(|| self.log_usage(t.adapter, &logfile)));
         }
         v["logfile"] = json!(logfile);
@@ -222,7 +224,7 @@ impl Durable {
 
 /// How a pruned run's tombstone describes its end (`None`: no tombstone).
 fn pruned(home: &Home, run: &RunId) -> Option<String> {
-    let bytes = std::fs::read(crate::summary::tombstone_path(home, run)).ok()?;
+    let bytes = std::fs::read(crate::state::summary::tombstone_path(home, run)).ok()?;
     let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Some(match v["pruned_at"].as_str() {
         Some(t) => format!("at {t} by `harness prune` (its journal, plan and logs are gone)"),

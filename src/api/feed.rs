@@ -80,7 +80,7 @@ fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
     let path = dir.join(format!("{name}.json"));
     if !path.exists() {
         std::fs::create_dir_all(dir)?;
-        crate::home::write_atomic(&path, &body, 0o600)?;
+        crate::os::home::write_atomic(&path, &body, 0o600)?;
     } else {
         // Touched, so the clean-up at start keeps what is in use.
         let _ = std::fs::File::options()
@@ -228,7 +228,7 @@ impl Hub {
             let len = meta.len();
             // Only a journal that changed is looked into (its first line: at most a few hundred bytes).
             let first = if len != j.offset {
-                first_line_hash(&crate::tail::read_from(&j.path, 0, Some(len.min(4096))))
+                first_line_hash(&crate::os::tail::read_from(&j.path, 0, Some(len.min(4096))))
             } else {
                 j.first
             };
@@ -243,7 +243,7 @@ impl Hub {
             if len <= j.offset {
                 continue;
             }
-            let buf = crate::tail::read_from(&j.path, j.offset, Some(len));
+            let buf = crate::os::tail::read_from(&j.path, j.offset, Some(len));
             let Some(end) = memchr::memrchr(b'\n', &buf) else { continue };
             let (mut offset, mut lines) = (j.offset, j.lines);
             let mut items = Vec::new();
@@ -300,7 +300,7 @@ fn registered_cached(
             continue;
         }
         let Ok(bytes) = std::fs::read(e.path()) else { continue };
-        if let Ok(p) = crate::registry::parse(&e.path(), &bytes) {
+        if let Ok(p) = crate::state::registry::parse(&e.path(), &bytes) {
             let entry = (p.run_id.to_string(), p.journal_path());
             known.insert(name, entry.clone());
             out.push(entry);

@@ -71,8 +71,8 @@ impl Default for Config {
 pub struct Api {
     pub durable: Durable,
     pub cfg: Config,
-    pub index: crate::tail::LineIndex,
-    pub hub: crate::tail::WatchHub,
+    pub index: crate::os::tail::LineIndex,
+    pub hub: crate::os::tail::WatchHub,
     /// `GET /watch`: every run's journal records (its scanner starts with the first watcher).
     pub feed: feed::Watch,
     /// Flips to true on shutdown: SSE streams end themselves so in-flight responses can finish.
@@ -86,18 +86,18 @@ pub struct Api {
 }
 
 impl Api {
-    pub fn new(home: crate::home::Home, cfg: Config, shutdown: watch::Receiver<bool>) -> Api {
+    pub fn new(home: crate::os::home::Home, cfg: Config, shutdown: watch::Receiver<bool>) -> Api {
         let cfg_token = cfg.token.clone();
         Api {
             durable: Durable::new(home),
             cfg,
             index: Default::default(),
-            hub: crate::tail::WatchHub::new(),
+            hub: crate::os::tail::WatchHub::new(),
             feed: Default::default(),
             shutdown,
             streams: Default::default(),
             token: std::sync::RwLock::new(cfg_token),
-            owner_uid: crate::peer::own_uid(),
+            owner_uid: crate::os::peer::own_uid(),
         }
     }
 }
@@ -136,7 +136,7 @@ pub(crate) fn durable_error(e: DurableError) -> Response<Body> {
 /// `GET /runs`'s query: paging and filters, each bad value a 400 naming its parameter. Also the
 /// page size served when the one asked for was above the largest (`Harness-Limit`).
 fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>), Response<Body>> {
-    use crate::journal::RunStatus;
+    use crate::state::journal::RunStatus;
     let bad =
         |name: &str, why: String| error_response(StatusCode::BAD_REQUEST, format!("query parameter {name}: {why}"));
     let mut q = overview::Query { limit: overview::PAGE_DEFAULT, ..Default::default() };
@@ -191,7 +191,7 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
             "branch" => q.branch = Some(text(&v)?),
             "plane" => {
                 q.plane = Some(
-                    <crate::registry::Plane as clap::ValueEnum>::from_str(&v, false)
+                    <crate::state::registry::Plane as clap::ValueEnum>::from_str(&v, false)
                         .map_err(|_| bad(k, format!("must be standalone or dynwf, got {v:?}")))?,
                 )
             }
@@ -220,10 +220,10 @@ fn page_limit(v: &str, max: usize) -> Result<(usize, bool), String> {
 
 /// A `since` value: an RFC 3339 time, or an age (`90s`, `15m`, `2h`, `7d`) meaning that long ago.
 fn since(v: &str) -> Result<i128, String> {
-    if let Some(t) = crate::summary::parse_time(v) {
+    if let Some(t) = crate::state::summary::parse_time(v) {
         return Ok(t);
     }
-    match crate::summary::parse_age(v) {
+    match crate::state::summary::parse_age(v) {
         Some(age) => {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             Ok(now.as_nanos() as i128 - age.as_nanos() as i128)
@@ -271,7 +271,7 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
 /// peer's uid: they cannot be tied to a run's journal (`audit::edge`).
 fn edge_refusal(conn: &Conn, req: &Request<Incoming>, status: StatusCode, detail: String) -> Response<Body> {
     if req.method() != hyper::Method::GET {
-        crate::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), status.as_u16(), &detail);
+        crate::state::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), status.as_u16(), &detail);
     }
     error_response(status, detail)
 }
@@ -312,13 +312,13 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
     match guard::check_access(req.headers(), req.uri().query(), token.as_deref(), conn.uid, api.owner_uid) {
         Ok(()) => {}
         Err(guard::Denied::BadToken(detail)) => {
-            crate::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 401, &detail);
+            crate::state::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 401, &detail);
             let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
             r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return r;
         }
         Err(guard::Denied::Foreign(detail)) => {
-            crate::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 403, &detail);
+            crate::state::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 403, &detail);
             return error_response(StatusCode::FORBIDDEN, detail);
         }
     }
@@ -331,7 +331,7 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: Option<u32>,
 ) -> Result<Response<Body>, Response<Body>> {
-    use crate::journal::Verb;
+    use crate::state::journal::Verb;
     match route {
         Route::Watch => watch(api, req).await,
         Route::Runs => runs(api, req).await,
@@ -414,7 +414,7 @@ async fn live_stream(
     let src = blocking(move || stream::source(&a, &r, &t)).await??;
     // As the design pins: the live stream needs the run's supervisor.
     let sock = api.durable.home.socket_path(&run);
-    let live = src.pointer.plane == crate::registry::Plane::Standalone
+    let live = src.pointer.plane == crate::state::registry::Plane::Standalone
         && tokio::task::spawn_blocking(move || crate::supervisor::control::is_live(&sock)).await.unwrap_or(false);
     if !live {
         return Err(error_response(

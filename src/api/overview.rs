@@ -1,6 +1,6 @@
 //! `GET /runs`: the Overview — every registered run, newest activity first, paged and filtered.
 //!
-//! An in-memory index of the runs' summaries (`crate::summary`), sorted by (activity, runId). It is
+//! An in-memory index of the runs' summaries (`crate::state::summary`), sorted by (activity, runId). It is
 //! built on the first request from the summary files beside the pointers (a fresh API reads no
 //! journal whose summary is fresh), and kept exact afterwards by inotify: the registry directory and
 //! every run's runstate directory are watched, and each request first drains the events queued so
@@ -10,12 +10,12 @@
 //! makes the request look at every run. *Journal wins:* whatever is looked at again is validated by
 //! the fingerprints of its files, and rebuilt from them when they disagree.
 
-use crate::home::Home;
 use crate::ids::RunId;
-use crate::journal::RunStatus;
-use crate::registry::Plane;
-use crate::spend::LogTallies;
-use crate::summary::{self, Fp, Head, Summary};
+use crate::os::home::Home;
+use crate::state::journal::RunStatus;
+use crate::state::registry::Plane;
+use crate::state::spend::LogTallies;
+use crate::state::summary::{self, Fp, Head, Summary};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -383,7 +383,10 @@ impl Overview {
         if !pointer.journal_path().exists() && !pointer.liveness_path().exists() && !pointer.runstate_dir.is_dir() {
             let _ = std::fs::remove_file(&ppath);
             let _ = std::fs::remove_file(summary::path(&self.home, run));
-            crate::registry::log_skipped(&[crate::registry::Skipped::Reaped { path: ppath, run_id: run.clone() }]);
+            crate::state::registry::log_skipped(&[crate::state::registry::Skipped::Reaped {
+                path: ppath,
+                run_id: run.clone(),
+            }]);
             return None;
         }
         match summary::build(pointer, pfp, &mut |a, log| tallies.usage(a, log)) {
@@ -442,7 +445,7 @@ impl Overview {
                 out.extend_from_slice(s.row.text().as_bytes());
                 out.push(b'\n');
             }
-            if let Err(e) = crate::home::replace_cache(&path, &out, 0o600) {
+            if let Err(e) = crate::os::home::replace_cache(&path, &out, 0o600) {
                 tracing::debug!(error = %e, "overview snapshot not written");
             }
         });
@@ -698,5 +701,5 @@ fn page(inner: &Inner, q: &Query) -> (Page, Vec<RunId>) {
 }
 
 fn alive(s: &Item) -> bool {
-    s.head.supervisor_pid.is_some_and(crate::liveness::pid_alive)
+    s.head.supervisor_pid.is_some_and(crate::state::liveness::pid_alive)
 }

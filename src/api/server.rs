@@ -4,8 +4,8 @@
 
 use super::guard::{Conn, Via};
 use super::{Api, Config, handle};
-use crate::home::Home;
-use crate::service::Activated;
+use crate::os::home::Home;
+use crate::os::service::Activated;
 use crate::term::announce;
 use crate::timeouts;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -62,7 +62,7 @@ pub async fn serve(
     // The SIGHUP handler is in place before any listener is announced.
     if opts.reload_token {
         let reload = api.clone();
-        tokio::spawn(crate::service::on_hangup(move || match crate::config::api_token(&home) {
+        tokio::spawn(crate::os::service::on_hangup(move || match crate::config::api_token(&home) {
             Ok(t) => {
                 tracing::info!(token = t.is_some(), "SIGHUP: token re-read");
                 *reload.token.write().unwrap_or_else(|p| p.into_inner()) = t;
@@ -76,18 +76,18 @@ pub async fn serve(
     // READY once serving; the watchdog is fed from the runtime that serves, so a hung runtime is
     // restarted; STATUS says what is going on.
     let watchdog = tokio::spawn(async move {
-        crate::service::notify(&[sd_notify::NotifyState::Ready]);
-        let period = crate::service::watchdog_interval().unwrap_or(timeouts::API_WATCHDOG);
+        crate::os::service::notify(&[sd_notify::NotifyState::Ready]);
+        let period = crate::os::service::watchdog_interval().unwrap_or(timeouts::API_WATCHDOG);
         loop {
             let streams = watched.streams.load(std::sync::atomic::Ordering::Relaxed);
             let status = format!("serving {n} listener(s); {streams} SSE stream(s) open");
-            crate::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
+            crate::os::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
             tokio::time::sleep(period).await;
         }
     });
     let server = tokio::spawn(serve_on(api, listeners, rx, opts.grace));
     stop.await;
-    crate::service::notify(&[sd_notify::NotifyState::Stopping]);
+    crate::os::service::notify(&[sd_notify::NotifyState::Stopping]);
     let _ = tx.send(true);
     let _ = server.await;
     watchdog.abort();
@@ -202,7 +202,7 @@ async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Conn)> {
         Listener::Tcp(t) => t.accept().await.map(|(s, peer)| {
             let local = s.local_addr().ok();
             let _ = s.set_nodelay(true);
-            let uid = local.and_then(|local| crate::peer::tcp_peer_uid(local, peer));
+            let uid = local.and_then(|local| crate::os::peer::tcp_peer_uid(local, peer));
             let port = local.map_or(0, |a| a.port());
             (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Tcp(port), uid })
         }),

@@ -7,8 +7,8 @@ use super::{Api, Body, error_response, full};
 use crate::engine::normalize::{self, Context};
 use crate::events::{Data, Event, Seq, Writer};
 use crate::ids::{RunId, TaskId};
-use crate::registry::Pointer;
-use crate::tail::{Tail, TailState};
+use crate::os::tail::{Tail, TailState};
+use crate::state::registry::Pointer;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
@@ -152,7 +152,7 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
         };
         let got = !lines.is_empty();
         // Lines read together were observed together: one clock read per batch, not per line.
-        let now = crate::journal::now_rfc3339();
+        let now = crate::state::journal::now_rfc3339();
         let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
         for (ord, line) in &lines {
             for e in normalize::normalize_line(src.adapter, *ord, line, &ctx) {
@@ -170,7 +170,7 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
                 task: &task,
                 session: src.session.as_deref().map(Cow::Borrowed),
                 seq: Seq::line(tail.next_line()),
-                ts: Cow::Owned(crate::journal::now_rfc3339()),
+                ts: Cow::Owned(crate::state::journal::now_rfc3339()),
                 data: Data::Error {
                     fatal: true,
                     message: Some(Cow::Owned(format!("logfile {} was deleted or replaced", src.logfile.display()))),
@@ -253,7 +253,7 @@ fn overflow_event<'a>(run: &'a str, task: &'a str, first: Seq, last: Seq) -> Eve
         task,
         session: None,
         seq: last,
-        ts: Cow::Owned(crate::journal::now_rfc3339()),
+        ts: Cow::Owned(crate::state::journal::now_rfc3339()),
         data: Data::Error {
             fatal: false,
             message: Some(Cow::Owned(format!(
@@ -285,7 +285,7 @@ pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize, cl
             if lines.is_empty() {
                 break;
             }
-            let now = crate::journal::now_rfc3339();
+            let now = crate::state::journal::now_rfc3339();
             let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
             for (ord, line) in &lines {
                 let events = normalize::normalize_line(src.adapter, *ord, line, &ctx);

@@ -6,8 +6,8 @@
 
 use super::{Api, Body, error_response, json_response};
 use crate::ids::{RunId, TaskId};
-use crate::journal::Verb;
-use crate::registry::Plane;
+use crate::state::journal::Verb;
+use crate::state::registry::Plane;
 use crate::supervisor::control::{self, Reply, Request};
 use crate::timeouts;
 use http_body_util::BodyExt;
@@ -102,11 +102,11 @@ async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
     };
     let body = json_body(req, allowed).await.map_err(|r| (r, None, None))?;
     let raw_msg = body.get("msg").and_then(Value::as_str).map(str::to_string);
-    let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::journal::clip_by);
+    let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::state::journal::clip_by);
     let fail = |r: Refusal| (r, raw_by.clone(), raw_msg.clone());
     let by = field_str(&body, "by").map_err(fail)?.unwrap_or_else(|| "api".into());
     // Characters, as JSON Schema's maxLength counts them (not bytes).
-    if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
+    if by.is_empty() || by.chars().count() > crate::state::journal::MAX_BY {
         return Err(fail(bad("field by must be 1 to 64 characters")));
     }
     if verb == Verb::Budget {
@@ -151,7 +151,7 @@ pub async fn verb(
     let pointer = match super::blocking(move || a.durable.pointer(&r)).await? {
         Ok(p) => p,
         Err(e) => {
-            crate::audit::untied(peer, run.as_str(), verb.as_str(), &e.to_string());
+            crate::state::audit::untied(peer, run.as_str(), verb.as_str(), &e.to_string());
             return Err(super::durable_error(e));
         }
     };
@@ -163,8 +163,8 @@ pub async fn verb(
         async move {
             let detail_rec = format!("{detail} ({})", status.as_u16());
             let by = by.unwrap_or_else(|| "api".into());
-            let rec = crate::audit::record(verb, task, msg.as_deref(), &by, &detail_rec);
-            match super::blocking(move || crate::audit::refused(&journal, rec)).await {
+            let rec = crate::state::audit::record(verb, task, msg.as_deref(), &by, &detail_rec);
+            match super::blocking(move || crate::state::audit::refused(&journal, rec)).await {
                 Ok(Ok(())) => error_response(status, detail),
                 Ok(Err(e)) => error_response(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -180,7 +180,7 @@ pub async fn verb(
     };
     let live_path = pointer.liveness_path();
     let kill_grace =
-        super::blocking(move || crate::liveness::get(&live_path).ok().flatten().and_then(|l| l.kill_grace_ms))
+        super::blocking(move || crate::state::liveness::get(&live_path).ok().flatten().and_then(|l| l.kill_grace_ms))
             .await?
             .map_or(crate::supervisor::Options::default().kill_grace, std::time::Duration::from_millis);
     let uid = peer.map_or_else(|| "unknown".to_string(), |u| u.to_string());
@@ -188,7 +188,8 @@ pub async fn verb(
     if pointer.plane == Plane::Dynwf {
         // The inbox records both ways: `queued` with the entry's id, or `refused`.
         let task2 = task.clone();
-        let result = super::blocking(move || crate::inbox::append(&pointer, verb, task2, msg, interrupt, &by)).await?;
+        let result =
+            super::blocking(move || crate::state::inbox::append(&pointer, verb, task2, msg, interrupt, &by)).await?;
         return match result {
             Ok(entry) => Ok(json_response(
                 StatusCode::OK,
@@ -313,7 +314,7 @@ pub async fn decide(
     let pointer = match super::blocking(move || a.durable.pointer(&r)).await? {
         Ok(p) => p,
         Err(e) => {
-            crate::audit::untied(peer, run.as_str(), "decide", &e.to_string());
+            crate::state::audit::untied(peer, run.as_str(), "decide", &e.to_string());
             return Err(super::durable_error(e));
         }
     };
@@ -322,14 +323,14 @@ pub async fn decide(
         let journal = journal.clone();
         let task = task.clone();
         async move {
-            let rec = crate::audit::record(
+            let rec = crate::state::audit::record(
                 Verb::Other,
                 Some(task),
                 None,
                 &by.unwrap_or_else(|| "api".into()),
                 &format!("decide: {detail} ({})", status.as_u16()),
             );
-            match super::blocking(move || crate::audit::refused(&journal, rec)).await {
+            match super::blocking(move || crate::state::audit::refused(&journal, rec)).await {
                 Ok(Ok(())) => error_response(status, detail),
                 Ok(Err(e)) => error_response(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -343,12 +344,12 @@ pub async fn decide(
         Ok(b) => b,
         Err(r) => return Err(refused(r, None).await),
     };
-    let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::journal::clip_by);
+    let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::state::journal::clip_by);
     let by = match field_str(&body, "by") {
         Ok(b) => b.unwrap_or_else(|| "api".into()),
         Err(r) => return Err(refused(r, raw_by).await),
     };
-    if by.is_empty() || by.chars().count() > crate::journal::MAX_BY {
+    if by.is_empty() || by.chars().count() > crate::state::journal::MAX_BY {
         return Err(refused(bad("field by must be 1 to 64 characters"), None).await);
     }
     let allow = match field_str(&body, "decision") {
@@ -361,7 +362,7 @@ pub async fn decide(
         Ok(m) => m.filter(|m| !m.trim().is_empty()),
         Err(r) => return Err(refused(r, Some(by)).await),
     };
-    if message.as_ref().is_some_and(|m| m.len() > crate::journal::MAX_MSG) {
+    if message.as_ref().is_some_and(|m| m.len() > crate::state::journal::MAX_MSG) {
         return Err(refused(bad("field message is longer than 64 KiB"), Some(by)).await);
     }
     if pointer.plane == Plane::Dynwf {
@@ -397,8 +398,8 @@ pub async fn decide(
 }
 
 /// An inbox refusal as its HTTP answer.
-fn inbox_error(e: crate::inbox::InboxError) -> Response<Body> {
-    use crate::inbox::InboxError;
+fn inbox_error(e: crate::state::inbox::InboxError) -> Response<Body> {
+    use crate::state::inbox::InboxError;
     let status = match &e {
         InboxError::Invalid(_) => StatusCode::BAD_REQUEST,
         InboxError::UnknownTask(_) => StatusCode::NOT_FOUND,

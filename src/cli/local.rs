@@ -3,12 +3,12 @@
 //! that owns the file, and prints the result.
 
 use super::error::{CliError, during, failed, usage};
-use crate::home::Home;
 use crate::ids::{RunId, Slug, TaskId};
-use crate::journal::{self, Journal, Verb};
-use crate::liveness::{self, TaskLiveness};
-use crate::plan::Plan;
-use crate::registry::{self, Plane, Pointer};
+use crate::os::home::Home;
+use crate::state::journal::{self, Journal, Verb};
+use crate::state::liveness::{self, TaskLiveness};
+use crate::state::plan::Plan;
+use crate::state::registry::{self, Plane, Pointer};
 use crate::term::{out, print_json};
 use std::path::{Path, PathBuf};
 
@@ -60,7 +60,7 @@ pub(super) fn journal_append(run: &str, record: &str) -> Result<(), CliError> {
     let what = format!("appending to run {}'s journal", p.run_id);
     let home = home()?;
     let line = Journal::open(&p.journal_path()).and_then(|j| j.append(&rec)).map_err(during(what))?;
-    crate::summary::refresh(&home, &p, &mut Default::default());
+    crate::state::summary::refresh(&home, &p, &mut Default::default());
     out(&line.to_string());
     Ok(())
 }
@@ -77,7 +77,7 @@ pub(super) fn journal_reconcile(run: &str) -> Result<(), CliError> {
     let live = liveness::get(&p.liveness_path()).ok().flatten();
     let report = journal::reconcile(
         &view,
-        |sha| crate::git::commit_exists(&p.worktree, sha),
+        |sha| crate::os::git::commit_exists(&p.worktree, sha),
         |t| live.as_ref().and_then(|l| l.tasks.get(t)).is_some_and(|r| liveness::pid_alive(r.pid)),
     );
     print_json(&report);
@@ -124,8 +124,8 @@ pub(super) fn inbox_append(
 ) -> Result<(), CliError> {
     let p = pointer(&home()?, run)?;
     let task = task.map(task_id).transpose()?;
-    let e = crate::inbox::append(&p, verb, task, msg, interrupt, by).map_err(|e| match e {
-        crate::inbox::InboxError::Invalid(d) => usage(d),
+    let e = crate::state::inbox::append(&p, verb, task, msg, interrupt, by).map_err(|e| match e {
+        crate::state::inbox::InboxError::Invalid(d) => usage(d),
         e => failed(format!("queueing {verb} for run {}", p.run_id), e),
     })?;
     print_json(&e);
@@ -134,7 +134,7 @@ pub(super) fn inbox_append(
 
 pub(super) fn inbox_take(run: &str) -> Result<(), CliError> {
     let p = pointer(&home()?, run)?;
-    let taken = crate::inbox::take(&p).map_err(during(format!("taking run {}'s inbox", p.run_id)))?;
+    let taken = crate::state::inbox::take(&p).map_err(during(format!("taking run {}'s inbox", p.run_id)))?;
     print_json(&taken);
     Ok(())
 }
@@ -142,14 +142,14 @@ pub(super) fn inbox_take(run: &str) -> Result<(), CliError> {
 pub(super) fn prune(finished_before: Option<&str>, logs_only: bool, dry_run: bool, json: bool) -> Result<(), CliError> {
     let home = home()?;
     let opts = match finished_before {
-        Some(age) => crate::prune::Options {
-            older_than: crate::summary::parse_age(age)
+        Some(age) => crate::state::prune::Options {
+            older_than: crate::state::summary::parse_age(age)
                 .ok_or_else(|| usage(format!("--finished-before must be an age such as 30d, 12h, 2w; got {age:?}")))?,
             logs_only,
             dry_run,
         },
-        None => match crate::prune::retention(&home).map_err(CliError::Failed)? {
-            Some(o) => crate::prune::Options { logs_only: logs_only || o.logs_only, dry_run, ..o },
+        None => match crate::state::prune::retention(&home).map_err(CliError::Failed)? {
+            Some(o) => crate::state::prune::Options { logs_only: logs_only || o.logs_only, dry_run, ..o },
             None => {
                 return Err(usage(format!(
                     "give --finished-before AGE, or set {{\"v\":\"retention/v1\",\"finished_before\":\"30d\"}} in {}",
@@ -158,7 +158,7 @@ pub(super) fn prune(finished_before: Option<&str>, logs_only: bool, dry_run: boo
             }
         },
     };
-    let report = crate::prune::prune(&home, &opts).map_err(CliError::Failed)?;
+    let report = crate::state::prune::prune(&home, &opts).map_err(CliError::Failed)?;
     if json {
         print_json(&report);
         return Ok(());
@@ -201,9 +201,10 @@ pub(super) fn clean(run: &str, force: bool) -> Result<(), CliError> {
     }
     let view = journal::replay(&p.journal_path()).map_err(during(format!("reading run {}'s journal", p.run_id)))?;
     let committed = |t: &str| {
-        crate::ids::TaskId::parse(t).is_ok_and(|t| view.state_of(&t) == Some(crate::journal::TaskState::Committed))
+        crate::ids::TaskId::parse(t)
+            .is_ok_and(|t| view.state_of(&t) == Some(crate::state::journal::TaskState::Committed))
     };
-    let cleaned = crate::worktree::clean_run(&home, &p.worktree, &p.run_id, &committed, force)
+    let cleaned = crate::os::worktree::clean_run(&home, &p.worktree, &p.run_id, &committed, force)
         .map_err(during(format!("removing run {}'s worktrees", p.run_id)))?;
     if cleaned.removed.is_empty() && cleaned.kept.is_empty() {
         out(&format!("run {}: no task worktree or task branch to remove", p.run_id));
@@ -244,7 +245,7 @@ fn this_binary(bin: Option<PathBuf>) -> Result<PathBuf, CliError> {
 
 pub(super) fn install(bin: Option<PathBuf>, print: bool, unit_dir: Option<&Path>) -> Result<(), CliError> {
     let bin = this_binary(bin)?;
-    let msg = crate::install::install(&bin, &home()?, unit_dir, print).map_err(CliError::Failed)?;
+    let msg = crate::os::install::install(&bin, &home()?, unit_dir, print).map_err(CliError::Failed)?;
     if !msg.is_empty() {
         out(&msg);
     }
@@ -255,32 +256,32 @@ pub(super) fn plist(which: &str, bin: Option<PathBuf>) -> Result<(), CliError> {
     let bin = this_binary(bin)?;
     let home = home()?;
     let text = if which == "api" {
-        crate::launchd::api_plist(&bin, &home)
+        crate::os::launchd::api_plist(&bin, &home)
     } else {
-        crate::launchd::supervisor_plist(&bin, &home, &RunId::parse(which).map_err(usage)?)
+        crate::os::launchd::supervisor_plist(&bin, &home, &RunId::parse(which).map_err(usage)?)
     };
     out(text.trim_end());
     Ok(())
 }
 
 pub(super) fn uninstall(unit_dir: Option<&Path>) -> Result<(), CliError> {
-    out(&crate::install::uninstall(unit_dir).map_err(CliError::Failed)?);
+    out(&crate::os::install::uninstall(unit_dir).map_err(CliError::Failed)?);
     Ok(())
 }
 
 /// `harness notify test`: a sample to every hook; exit 1 when one failed.
 pub(super) fn notify_test() -> Result<(), CliError> {
     let home = home()?;
-    let hooks = crate::notify::load(&home.root).map_err(CliError::Failed)?.ok_or_else(|| {
+    let hooks = crate::state::notify::load(&home.root).map_err(CliError::Failed)?.ok_or_else(|| {
         CliError::Usage(format!("no {}: nothing to test (spec/NOTIFY.md)", home.root.join("notify.json").display()))
     })?;
     if hooks.is_empty() {
         return Err(CliError::Usage("notify.json has no hooks".into()));
     }
-    let sample = crate::notify::sample();
+    let sample = crate::state::notify::sample();
     let mut failed = 0;
     for h in &hooks {
-        match crate::notify::deliver(h, &sample) {
+        match crate::state::notify::deliver(h, &sample) {
             Ok(()) => crate::term::out(&format!("ok      {}", h.label())),
             Err(e) => {
                 failed += 1;

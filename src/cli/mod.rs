@@ -15,9 +15,9 @@ mod top;
 use crate::client::Client;
 use crate::config;
 use crate::engine::Adapter;
-use crate::home::Home;
-use crate::journal::Verb;
-use crate::registry::Plane;
+use crate::os::home::Home;
+use crate::state::journal::Verb;
+use crate::state::registry::Plane;
 use clap::{Parser, Subcommand};
 pub use error::CliError;
 use error::usage;
@@ -577,7 +577,7 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    crate::service::init_logging();
+    crate::os::service::init_logging();
     match run(cli.cmd) {
         Ok(()) => 0,
         Err(e) => {

@@ -7,8 +7,8 @@ use super::error::{CliError, during, failed, usage};
 use super::local::home;
 use crate::config;
 use crate::engine::Adapter;
-use crate::home::Home;
 use crate::ids::RunId;
+use crate::os::home::Home;
 use crate::term::out;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -64,9 +64,9 @@ fn api_config(home: &Home, f: &mut ApiFlags) -> Result<crate::api::Config, CliEr
 pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
     let home = home()?;
     let cfg = api_config(&home, &mut f)?;
-    crate::service::raise_fd_limit();
+    crate::os::service::raise_fd_limit();
     // Socket activation: take the fds before the runtime's threads exist.
-    let activated = crate::service::take_activated();
+    let activated = crate::os::service::take_activated();
     let opts = crate::api::ServeOptions {
         cfg,
         tcp: f.listen,
@@ -76,7 +76,7 @@ pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
         reload_token: true,
     };
     let rt = tokio::runtime::Runtime::new().map_err(during("starting the API's runtime"))?;
-    rt.block_on(crate::api::serve(home, opts, activated, crate::service::terminated()))
+    rt.block_on(crate::api::serve(home, opts, activated, crate::os::service::terminated()))
         .map_err(|e| CliError::Failed(e.to_string()))
 }
 
@@ -87,7 +87,7 @@ pub(super) struct How {
     pub register_only: bool,
 }
 
-fn print_started(id: &RunId, plan: &crate::plan::Plan, how: &str) {
+fn print_started(id: &RunId, plan: &crate::state::plan::Plan, how: &str) {
     out(&format!("run {id} started ({how})"));
     out(&format!("  status:  curl -s 127.0.0.1:7878/runs/{id}    (with `harness api` running)"));
     if let Some(t) = plan.tasks.first() {
@@ -123,7 +123,7 @@ pub(super) fn session_plan(
     let dir = home()?.root.join("sessions");
     std::fs::create_dir_all(&dir).map_err(during(format!("creating {}", dir.display())))?;
     let path = dir.join(format!("{slug}.plan.json"));
-    crate::home::write_atomic(&path, serde_json::to_string_pretty(&plan).expect("JSON").as_bytes(), 0o600)
+    crate::os::home::write_atomic(&path, serde_json::to_string_pretty(&plan).expect("JSON").as_bytes(), 0o600)
         .map_err(during(format!("writing {}", path.display())))?;
     Ok(path)
 }
@@ -169,7 +169,7 @@ pub(super) fn run_plan(
     #[cfg(target_os = "macos")]
     {
         let bin = std::env::current_exe().map_err(during("finding this binary"))?;
-        let how = crate::launchd::start_run_agent(&bin, &home, &id).map_err(CliError::Failed)?;
+        let how = crate::os::launchd::start_run_agent(&bin, &home, &id).map_err(CliError::Failed)?;
         print_started(&id, &plan, &how);
         return Ok(());
     }
@@ -189,9 +189,9 @@ pub(super) fn supervise(run: &str, tuning: &Tuning) -> Result<(), CliError> {
     let mut opts = tuning.options();
     // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before
     // the runtime's threads exist (listenfd edits the environment).
-    for a in crate::service::take_activated() {
+    for a in crate::os::service::take_activated() {
         match a {
-            crate::service::Activated::Unix(l) if opts.listener.is_none() => opts.listener = Some(l),
+            crate::os::service::Activated::Unix(l) if opts.listener.is_none() => opts.listener = Some(l),
             _ => eprintln!("harness: supervise takes one Unix socket; ignoring another passed socket"),
         }
     }
@@ -203,7 +203,7 @@ fn finish_supervise(id: &RunId, home: Home, opts: crate::supervisor::Options) ->
     let batch = opts.batch;
     let rt = tokio::runtime::Runtime::new().map_err(during("starting the supervisor's runtime"))?;
     let ending = rt
-        .block_on(crate::supervisor::supervise(home, id.clone(), opts, crate::service::terminated()))
+        .block_on(crate::supervisor::supervise(home, id.clone(), opts, crate::os::service::terminated()))
         .map_err(during(format!("supervising run {id}")))?;
     match ending {
         Ending::Finished => out(&format!("run {id} finished")),
@@ -261,7 +261,7 @@ pub(super) fn normalize_events(
         let observed_ts = match fixed_ts {
             Some(t) => t,
             None => {
-                now = crate::journal::now_rfc3339();
+                now = crate::state::journal::now_rfc3339();
                 &now
             }
         };

@@ -12,7 +12,7 @@ use super::control::{Refusal, Reply, refuse};
 use super::live::LiveCmd;
 use super::pipeline::Ctx;
 use crate::ids::TaskId;
-use crate::journal::{ApprovalRecord, ApprovalState, ApprovalView, JournalError};
+use crate::state::journal::{ApprovalRecord, ApprovalState, ApprovalView, JournalError};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
@@ -232,5 +232,5 @@ pub(crate) fn expire(ctx: &Ctx, task: &TaskId, id: &str, detail: &str) {
 }
 
 fn state_str(s: ApprovalState) -> &'static str {
-    crate::journal::approval_state_str(s)
+    crate::state::journal::approval_state_str(s)
 }

@@ -1,5 +1,5 @@
 //! Budgets that pause: after each task's pipeline ends, the run's spend (its tasks' logs, read by
-//! `crate::spend`) is checked against the run's budget and each task's; the first one reached pauses
+//! `crate::state::spend`) is checked against the run's budget and each task's; the first one reached pauses
 //! the run (journaled as paused by `budget`, with spent and budget), so nothing more is dispatched.
 //! Running turns finish unless the plan says `on_budget: "kill"`. The `budget` verb sets a budget
 //! (journaled) and resumes a run its spend no longer holds.
@@ -8,15 +8,15 @@ use super::Scheduler;
 use super::control::{Answer, Refusal, True, refuse};
 use crate::engine::usage::Usage;
 use crate::ids::TaskId;
-use crate::journal::{ControlRecord, Outcome, Record, RunEvent, RunView, Verb};
-use crate::plan::OnBudget;
-use crate::spend::Crossed;
+use crate::state::journal::{ControlRecord, Outcome, Record, RunEvent, RunView, Verb};
+use crate::state::plan::OnBudget;
+use crate::state::spend::Crossed;
 
 impl Scheduler {
     /// Each planned task's spend and the run's.
     fn spend(&mut self, view: &RunView) -> (Usage, Vec<(TaskId, Usage)>) {
         let ctx = self.ctx.clone();
-        crate::spend::run_spend(&ctx.plan, view, &ctx.pointer, |adapter, log| self.tallies.usage(adapter, log))
+        crate::state::spend::run_spend(&ctx.plan, view, &ctx.pointer, |adapter, log| self.tallies.usage(adapter, log))
     }
 
     /// The first budget the spend has reached, with the budgets in force (the verb's over the plan's).
@@ -31,7 +31,7 @@ impl Scheduler {
                 (id.clone(), u, b)
             })
             .collect();
-        (crate::spend::crossed((&run, run_budget), &tasks), run)
+        (crate::state::spend::crossed((&run, run_budget), &tasks), run)
     }
 
     /// At a pipeline's end: pauses the run when a budget is reached (and kills the running turns
@@ -55,7 +55,7 @@ impl Scheduler {
         }
         self.paused = true;
         if let Some(p) = &self.ctx.liveness {
-            let _ = crate::liveness::update(p, &self.ctx.run_id, |l| l.paused = true);
+            let _ = crate::state::liveness::update(p, &self.ctx.run_id, |l| l.paused = true);
         }
         if self.ctx.plan.on_budget == Some(OnBudget::Kill) {
             self.kill_all("budget");
@@ -88,7 +88,7 @@ impl Scheduler {
                     .map_err(|e| refuse(500, format!("journal append failed: {e}")))?;
                 self.paused = false;
                 if let Some(p) = &self.ctx.liveness {
-                    let _ = crate::liveness::update(p, &self.ctx.run_id, |l| l.paused = false);
+                    let _ = crate::state::liveness::update(p, &self.ctx.run_id, |l| l.paused = false);
                 }
                 format!("{whose} budget is ${usd}: resumed, dispatching again")
             }

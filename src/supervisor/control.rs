@@ -4,7 +4,7 @@
 //! Also the client side, used by the CLI and the API.
 
 use crate::ids::{RunId, TaskId};
-use crate::journal::{RunStatus, TaskState};
+use crate::state::journal::{RunStatus, TaskState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -408,7 +408,7 @@ pub enum Answer {
     },
     /// A decision recorded.
     Decide {
-        approval: Box<crate::journal::ApprovalView>,
+        approval: Box<crate::state::journal::ApprovalView>,
         detail: String,
         ok: True,
     },
@@ -598,7 +598,7 @@ async fn connection(
 
 /// What the record of a refused request says it was: as much of the request as could be read.
 pub struct Sketch {
-    verb: crate::journal::Verb,
+    verb: crate::state::journal::Verb,
     task: Option<TaskId>,
     msg: Option<String>,
     by: String,
@@ -609,7 +609,7 @@ pub struct Sketch {
 impl Sketch {
     fn other(by: Option<&str>) -> Sketch {
         Sketch {
-            verb: crate::journal::Verb::Other,
+            verb: crate::state::journal::Verb::Other,
             task: None,
             msg: None,
             by: by.unwrap_or(DEFAULT_BY).into(),
@@ -619,7 +619,7 @@ impl Sketch {
 
     /// A request read in full.
     pub fn of(req: &Request) -> Sketch {
-        use crate::journal::Verb;
+        use crate::state::journal::Verb;
         let verb = match req {
             Request::Status { .. } => Verb::Other,
             Request::Kill { .. } => Verb::Kill,
@@ -636,17 +636,17 @@ impl Sketch {
             Request::Steer { msg, .. } => Some(msg.clone()),
             _ => None,
         };
-        let by = crate::journal::clip_by(req.by().filter(|b| !b.is_empty()).unwrap_or(DEFAULT_BY));
+        let by = crate::state::journal::clip_by(req.by().filter(|b| !b.is_empty()).unwrap_or(DEFAULT_BY));
         Sketch { verb, task: req.task().cloned(), msg, by, named: (verb == Verb::Other).then(|| req.verb().into()) }
     }
 
     /// The refusal record, with the refusal's detail (and status) in it.
-    pub fn record(self, r: &Refusal) -> crate::journal::ControlRecord {
+    pub fn record(self, r: &Refusal) -> crate::state::journal::ControlRecord {
         let detail = match &self.named {
             Some(n) => format!("{n}: {} ({})", r.detail, r.status),
             None => format!("{} ({})", r.detail, r.status),
         };
-        crate::audit::record(self.verb, self.task, self.msg.as_deref(), &self.by, &detail)
+        crate::state::audit::record(self.verb, self.task, self.msg.as_deref(), &self.by, &detail)
     }
 }
 
@@ -656,7 +656,7 @@ pub const DEFAULT_BY: &str = "socket";
 /// The sketch of a line that is not a valid request (or was not read as one): its verb, task and
 /// `by` where they can be made out. `by_uid` overrides what the line claims (another uid's line).
 fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
-    use crate::journal::Verb;
+    use crate::state::journal::Verb;
     let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
     let s = |k: &str| v.get(k).and_then(|x| x.as_str());
     let verb = match s("verb") {
@@ -670,7 +670,8 @@ fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
         Some("budget") => Verb::Budget,
         _ => Verb::Other,
     };
-    let by = by_uid.map(str::to_string).or_else(|| s("by").filter(|b| !b.is_empty()).map(crate::journal::clip_by));
+    let by =
+        by_uid.map(str::to_string).or_else(|| s("by").filter(|b| !b.is_empty()).map(crate::state::journal::clip_by));
     Sketch {
         verb,
         task: s("task").and_then(|t| TaskId::parse(t).ok()),
@@ -685,7 +686,7 @@ fn refusal_of(line: &[u8], by_uid: Option<&str>) -> Sketch {
 async fn on_record(journal: &Arc<Path>, sketch: Sketch, refusal: Refusal) -> Refusal {
     let rec = sketch.record(&refusal);
     let path = journal.clone();
-    let written = tokio::task::spawn_blocking(move || crate::audit::refused(&path, rec)).await;
+    let written = tokio::task::spawn_blocking(move || crate::state::audit::refused(&path, rec)).await;
     match written {
         Ok(Ok(())) => refusal,
         Ok(Err(e)) => refuse(500, format!("{}; and this refusal could not be journaled: {e}", refusal.detail)),

@@ -1,12 +1,12 @@
-//! Keeps the run's summary (`crate::summary`, what `GET /runs` answers from) current while the
+//! Keeps the run's summary (`crate::state::summary`, what `GET /runs` answers from) current while the
 //! supervisor lives: rewritten whenever the journal or the liveness sidecar changed since the last
 //! write (looked at every `POLL`), and once more as the supervisor ends. A reader never depends on it:
 //! a stale summary is rebuilt from the journal by whoever reads it.
 
-use crate::home::Home;
-use crate::registry::Pointer;
-use crate::spend::LogTallies;
-use crate::summary::{Fp, Fps};
+use crate::os::home::Home;
+use crate::state::registry::Pointer;
+use crate::state::spend::LogTallies;
+use crate::state::summary::{Fp, Fps};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -33,7 +33,7 @@ async fn serve(home: Home, pointer: Pointer, mut stopped: watch::Receiver<bool>)
         if written != Some(now) || last {
             let (h, p) = (home.clone(), pointer.clone());
             match tokio::task::spawn_blocking(move || {
-                crate::summary::refresh(&h, &p, &mut tallies);
+                crate::state::summary::refresh(&h, &p, &mut tallies);
                 tallies
             })
             .await

@@ -14,7 +14,7 @@
 
 use super::pipeline::Ctx;
 use crate::ids::TaskId;
-use crate::journal::{ControlRecord, Outcome, Record, Verb};
+use crate::state::journal::{ControlRecord, Outcome, Record, Verb};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom};

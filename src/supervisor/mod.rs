@@ -20,14 +20,14 @@ mod recover;
 mod stall;
 mod verbs;
 
-use crate::home::{Home, HomeError};
 use crate::ids::{RunId, TaskId};
-use crate::journal::{
+use crate::os::home::{Home, HomeError};
+use crate::state::journal::{
     self, ControlRecord, Journal, JournalError, Outcome, Record, RunEvent, RunStatus, RunView, TaskState, Verb,
 };
-use crate::liveness::{self, LivenessError};
-use crate::plan::{Plan, PlanError};
-use crate::registry::{self, RegistryError};
+use crate::state::liveness::{self, LivenessError};
+use crate::state::plan::{Plan, PlanError};
+use crate::state::registry::{self, RegistryError};
 use crate::timeouts;
 use control::{Envelope, Reply, refuse};
 use pipeline::{Ctx, End, Proc, Start};
@@ -110,7 +110,7 @@ fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Erro
 
 /// Holds the run's supervisor lock (`<runstateDir>/<slug>.supervisor.lock`) for the process's life.
 struct RunLock {
-    _held: crate::flock::Flock,
+    _held: crate::os::flock::Flock,
 }
 
 fn lock_run(path: &Path, run: &RunId) -> Result<RunLock, SupervisorError> {
@@ -125,7 +125,7 @@ fn lock_run(path: &Path, run: &RunId) -> Result<RunLock, SupervisorError> {
         .open(path)
         .map_err(io_error("cannot open the supervisor lock", path))?;
     let Some(held) =
-        crate::flock::Flock::try_exclusive(&f).map_err(io_error("cannot lock the supervisor lock", path))?
+        crate::os::flock::Flock::try_exclusive(&f).map_err(io_error("cannot lock the supervisor lock", path))?
     else {
         let mut pid = String::new();
         let _ = f.read_to_string(&mut pid);
@@ -180,7 +180,7 @@ async fn remove_task_worktrees(home: &Home, run_id: &RunId, run_wt: &Path, view:
     let committed: std::collections::HashSet<String> =
         view.tasks.iter().filter(|(_, t)| t.state == TaskState::Committed).map(|(id, _)| id.to_string()).collect();
     let cleaned = tokio::task::spawn_blocking(move || {
-        crate::worktree::clean_run(&h, &w, &r, &|t: &str| committed.contains(t), false)
+        crate::os::worktree::clean_run(&h, &w, &r, &|t: &str| committed.contains(t), false)
     })
     .await;
     match cleaned {
@@ -227,7 +227,7 @@ struct Scheduler {
     broken: HashMap<TaskId, String>,
     idle_since: Option<Instant>,
     /// The task logs' usage folds, for budgets.
-    tallies: crate::spend::LogTallies,
+    tallies: crate::state::spend::LogTallies,
     /// Each stalled turn's last output when its stall was marked (one mark per stall).
     stalled: HashMap<TaskId, std::time::SystemTime>,
     /// A rate limit's wake-up: when, and the tasks it halted.
@@ -255,8 +255,8 @@ pub async fn supervise(
             return Ok(Ending::AlreadyOver(format!("run {run_id} is already {}", view.status)));
         }
         RunStatus::Pending => {
-            let sha = crate::git::head(&pointer.worktree).ok();
-            journal.append(&Record::started("supervisor", None, crate::git::branch(&pointer.worktree), sha))?;
+            let sha = crate::os::git::head(&pointer.worktree).ok();
+            journal.append(&Record::started("supervisor", None, crate::os::git::branch(&pointer.worktree), sha))?;
         }
         _ => {}
     }
@@ -305,7 +305,7 @@ pub async fn supervise(
         // A run journaled before its branch was pinned: the branch its pointer recorded.
         branch: if view.nonce.is_some() { view.branch.clone() } else { pointer_branch },
         start_sha: view.start_sha.clone(),
-        hooks: if plan_hooks { crate::git::Hooks::Repo } else { crate::git::Hooks::Off },
+        hooks: if plan_hooks { crate::os::git::Hooks::Repo } else { crate::os::git::Hooks::Off },
     });
     let mut s = Scheduler::new(ctx, opts, view.status == RunStatus::Paused);
     s.recover(liveness_path.as_deref(), sock_path.clone()).await?;
@@ -337,8 +337,8 @@ pub async fn supervise(
 /// The home's retention setting, applied as a run ends (never failing it).
 async fn apply_retention(home: &Home, run_id: &RunId) {
     let h = home.clone();
-    let pruned = tokio::task::spawn_blocking(move || match crate::prune::retention(&h) {
-        Ok(Some(opts)) => crate::prune::prune(&h, &opts).map(|r| r.pruned.len()),
+    let pruned = tokio::task::spawn_blocking(move || match crate::state::prune::retention(&h) {
+        Ok(Some(opts)) => crate::state::prune::prune(&h, &opts).map(|r| r.pruned.len()),
         Ok(None) => Ok(0),
         Err(e) => Err(e),
     })
@@ -397,7 +397,7 @@ impl Scheduler {
         tracing::info!(RUN_ID = %self.ctx.run_id, "supervisor ready");
         tokio::pin!(shutdown);
         let mut watchdog =
-            tokio::time::interval(crate::service::watchdog_interval().unwrap_or(timeouts::SUPERVISOR_WATCHDOG));
+            tokio::time::interval(crate::os::service::watchdog_interval().unwrap_or(timeouts::SUPERVISOR_WATCHDOG));
         let mut stall_watch = tokio::time::interval(stall::period(self.ctx.plan.stall_after()));
         stall_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
@@ -409,7 +409,7 @@ impl Scheduler {
                 // Fed from the scheduler loop itself: a hung scheduler is restarted by systemd.
                 _ = watchdog.tick() => {
                     let status = self.status_line();
-                    crate::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
+                    crate::os::service::notify(&[sd_notify::NotifyState::Watchdog, sd_notify::NotifyState::Status(&status)]);
                 }
                 Some(env) = rx.recv(), if server.is_some() => self.handle(env).await,
                 _ = stall_watch.tick(), if self.running_count() > 0 => self.check_stalls(),
@@ -487,7 +487,7 @@ impl Scheduler {
         self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    fn start(&mut self, task: &crate::plan::Task, start: Start) {
+    fn start(&mut self, task: &crate::state::plan::Task, start: Start) {
         self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).insert(task.id.clone(), Proc::default());
         let ctx = self.ctx.clone();
         let t = task.clone();

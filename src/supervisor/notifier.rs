@@ -1,5 +1,5 @@
 //! The run's notifier: tails the run's journal and delivers each attention-worthy record
-//! (`crate::notify::event_of`) to the hooks of `$HARNESS_HOME/notify.json` that want its kind.
+//! (`crate::state::notify::event_of`) to the hooks of `$HARNESS_HOME/notify.json` that want its kind.
 //! At least once: the mark (`<runstate>/<slug>.notify.json`: the journal line and byte up to which
 //! every delivery was made or given up) is written after each delivered line, so a supervisor that
 //! dies mid-delivery redelivers only that line. Deduplicated on our side: one record, one id, one
@@ -7,7 +7,7 @@
 //! logged to journald and skipped. It runs beside the scheduler and never blocks or fails the run.
 
 use crate::ids::RunId;
-use crate::notify::{self, Event, Hook};
+use crate::state::notify::{self, Event, Hook};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -88,12 +88,13 @@ async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, 
 async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, hooks: &[Hook]) -> bool {
     let bytes = {
         let (j, from) = (journal.to_path_buf(), mark.offset);
-        tokio::task::spawn_blocking(move || crate::tail::read_from(&j, from, None)).await.unwrap_or_default()
+        tokio::task::spawn_blocking(move || crate::os::tail::read_from(&j, from, None)).await.unwrap_or_default()
     };
     let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return true };
     for line in bytes[..end].split(|b| *b == b'\n') {
         let line_no = mark.line + 1;
-        let event = crate::journal::parse_line(line).ok().and_then(|rec| notify::event_of(run.as_str(), line_no, &rec));
+        let event =
+            crate::state::journal::parse_line(line).ok().and_then(|rec| notify::event_of(run.as_str(), line_no, &rec));
         let wanted: Vec<Hook> = match &event {
             Some(e) => hooks.iter().filter(|h| h.wants(e.kind)).cloned().collect(),
             None => Vec::new(),
@@ -115,7 +116,7 @@ async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, ho
 
 fn save(path: &Path, mark: &Mark) {
     let bytes = serde_json::to_vec(mark).expect("a mark serializes");
-    if let Err(e) = crate::home::write_atomic(path, &bytes, 0o600) {
+    if let Err(e) = crate::os::home::write_atomic(path, &bytes, 0o600) {
         tracing::warn!(path = %path.display(), error = %e, "cannot write the notification mark");
     }
 }

@@ -6,13 +6,13 @@
 
 use super::kill;
 use crate::engine::Adapter;
-use crate::home::Home;
 use crate::ids::{RunId, TaskId};
-use crate::journal::{Journal, Record, TaskRecord, TaskState};
-use crate::liveness::{self, LiveState, TaskLiveness};
-use crate::plan::{Isolation, Plan, Task};
-use crate::registry::Pointer;
-use crate::worktree::{self, TaskTree};
+use crate::os::home::Home;
+use crate::os::worktree::{self, TaskTree};
+use crate::state::journal::{Journal, Record, TaskRecord, TaskState};
+use crate::state::liveness::{self, LiveState, TaskLiveness};
+use crate::state::plan::{Isolation, Plan, Task};
+use crate::state::registry::Pointer;
 use crate::wrapper;
 use crate::{exit, timeouts};
 use std::collections::HashMap;
@@ -53,7 +53,7 @@ pub(crate) struct Ctx {
     pub branch: Option<String>,
     pub start_sha: Option<String>,
     /// Whether the repository's hooks run for the tasks' commits and worktrees (plan `git_hooks`).
-    pub hooks: crate::git::Hooks,
+    pub hooks: crate::os::git::Hooks,
 }
 
 /// A task's pipeline as the kill verb sees it.
@@ -177,7 +177,7 @@ impl Ctx {
             session_id: session.map(str::to_string),
             logfile: logfile.to_path_buf(),
             state,
-            started_ts: crate::journal::now_rfc3339(),
+            started_ts: crate::state::journal::now_rfc3339(),
             last_output_ts: None,
         };
         if let Err(e) = blocking(|| liveness::set(path, &self.run_id, task, rec)) {
@@ -366,7 +366,7 @@ async fn run_steps(ctx: &Ctx, task: &Task, start: Start) -> Step<()> {
             Start::Commit => {
                 let files = match files.take() {
                     Some(f) => f,
-                    None => blocking(|| crate::git::changed_files(&ctx.cwd(id))),
+                    None => blocking(|| crate::os::git::changed_files(&ctx.cwd(id))),
                 };
                 match commit(ctx, task, current, &files, session.clone()).await? {
                     Committed::Done => return Ok(()),
@@ -401,7 +401,7 @@ async fn ready(ctx: &Ctx, task: &Task, lease: Lease, prompt: &str) -> Step<Strin
     leased.detail = lease.note;
     if let Ok(p) = &prepared {
         leased.base = Some(p.base.clone());
-        leased.carried = p.carry.as_ref().map(|c| crate::journal::Carried {
+        leased.carried = p.carry.as_ref().map(|c| crate::state::journal::Carried {
             sha: c.sha.clone(),
             conflicts: c.conflicts.iter().map(|c| conflict_path(c).to_string()).collect(),
         });
@@ -433,7 +433,7 @@ async fn ready(ctx: &Ctx, task: &Task, lease: Lease, prompt: &str) -> Step<Strin
                 Err(e) => {
                     let detail = format!(
                         "cannot carry the earlier attempt {} into the task worktree: {e}",
-                        crate::git::short(&c.sha)
+                        crate::os::git::short(&c.sha)
                     );
                     return Err(ctx.halt(id, 1, detail, known_session));
                 }
@@ -566,7 +566,7 @@ async fn turn(
         return Err(ctx.halt(id, rc, format!("interrupted by {by}"), session));
     }
     // Only this turn's lines (the log holds every earlier turn too).
-    let turn_lines = crate::tail::read_from(&logfile, offset, None);
+    let turn_lines = crate::os::tail::read_from(&logfile, offset, None);
     if let Some(l) = crate::engine::ratelimit::of_turn(task.adapter, &turn_lines) {
         return Err(rate_limited(ctx, id, rc, &l, session));
     }
@@ -617,7 +617,7 @@ fn permission_mcp_config(ctx: &Ctx, task: &TaskId) -> std::io::Result<Option<Pat
         "args": ["approval-mcp", "--socket", sock, "--task", task.as_str(), "--wait", wait.to_string()],
     }}});
     let path = dir.join(format!("{task}.mcp.json"));
-    crate::home::write_atomic(&path, serde_json::to_string_pretty(&config).expect("JSON").as_bytes(), 0o600)?;
+    crate::os::home::write_atomic(&path, serde_json::to_string_pretty(&config).expect("JSON").as_bytes(), 0o600)?;
     Ok(Some(path))
 }
 
@@ -714,7 +714,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
         Ok(b) => b,
         Err(e) => return Err(ctx.halt(id, 1, format!("review: cannot tell the task's base: {e}"), session)),
     };
-    let diff = blocking(|| crate::git::review_diff(&cwd, &base));
+    let diff = blocking(|| crate::os::git::review_diff(&cwd, &base));
     let prompt = format!(
         "You are the review seat for task {id} of run {}.\n\nThe task was:\n{}\n\nThe change:\n{diff}\n\n\
          Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
@@ -759,7 +759,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
 /// The path of a conflict as `git::carry` describes it (`shared.txt (both added), against …`; what
 /// follows the last `)` names a commit and a task id, which hold no parenthesis).
 fn conflict_path(c: &str) -> &str {
-    crate::git::conflict_path_of(c.rfind(')').map_or(c, |i| &c[..=i]))
+    crate::os::git::conflict_path_of(c.rfind(')').map_or(c, |i| &c[..=i]))
 }
 
 /// The prompt of a redo that starts with its earlier attempt applied.
@@ -767,7 +767,7 @@ fn carried_prompt(sha: &str, conflicts: &[String], prompt: &str) -> String {
     let mut s = format!(
         "Your earlier attempt at this task (commit {}) could not be integrated: the run's branch had moved. \
          This worktree now starts at the current tip with your earlier change applied as uncommitted changes",
-        crate::git::short(sha)
+        crate::os::git::short(sha)
     );
     if conflicts.is_empty() {
         s.push_str(" (it applied cleanly).");
@@ -807,12 +807,12 @@ pub(crate) enum Committed {
 
 /// The task's base, as its last `leased` record says (a task of a run journaled before bases were
 /// recorded: where its worktree left the run's branch).
-fn base_of(ctx: &Ctx, view: &crate::journal::RunView, id: &TaskId, cwd: &Path) -> Result<String, String> {
+fn base_of(ctx: &Ctx, view: &crate::state::journal::RunView, id: &TaskId, cwd: &Path) -> Result<String, String> {
     if let Some(b) = view.tasks.get(id).and_then(|t| t.base.clone()) {
         return Ok(b);
     }
-    let run_tip = crate::git::head(&ctx.pointer.worktree).map_err(|e| e.to_string())?;
-    crate::git::run(cwd, &["merge-base", "HEAD", &run_tip]).map(|s| s.trim().to_string()).map_err(|e| e.to_string())
+    let run_tip = crate::os::git::head(&ctx.pointer.worktree).map_err(|e| e.to_string())?;
+    crate::os::git::run(cwd, &["merge-base", "HEAD", &run_tip]).map(|s| s.trim().to_string()).map_err(|e| e.to_string())
 }
 
 /// Commits the task's change where it worked, exactly once: a commit of this run instance's task
@@ -845,30 +845,30 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     };
     let conflicts = view.tasks.get(id).and_then(|t| t.carried.clone()).map(|c| c.conflicts).unwrap_or_default();
     let tree = ctx.tree(id);
-    let made = blocking(|| -> Result<(crate::git::Squashed, bool), String> {
+    let made = blocking(|| -> Result<(crate::os::git::Squashed, bool), String> {
         let _lock = match shared {
             true => Some(worktree::integration_lock(&wt).map_err(|e| e.to_string())?),
             false => None,
         };
         quiet_worktree(id, &wt, tree.as_ref());
-        let owner = crate::git::Owner {
+        let owner = crate::os::git::Owner {
             run: ctx.run_id.as_str(),
             task: id.as_str(),
             nonce: ctx.nonce.as_deref(),
             since: Some(&base),
         };
-        if let Some(sha) = crate::git::find_own_commit(&wt, &owner) {
-            return Ok((crate::git::Squashed::Commit(sha), true));
+        if let Some(sha) = crate::os::git::find_own_commit(&wt, &owner) {
+            return Ok((crate::os::git::Squashed::Commit(sha), true));
         }
         if shared {
             worktree::check_branch(&wt, ctx.branch.as_deref()).map_err(|e| e.to_string())?;
         }
-        let marked = crate::git::conflict_marked(&wt, &conflicts);
+        let marked = crate::os::git::conflict_marked(&wt, &conflicts);
         if !marked.is_empty() {
-            return Err(crate::git::SquashError::Unresolved(marked).to_string());
+            return Err(crate::os::git::SquashError::Unresolved(marked).to_string());
         }
         let task_branch = tree.as_ref().map(|t| t.branch.clone());
-        let sq = crate::git::Squash {
+        let sq = crate::os::git::Squash {
             base: &base,
             branch: if shared { ctx.branch.as_deref() } else { task_branch.as_deref() },
             paths: shared.then_some(files),
@@ -879,26 +879,26 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
             hooks: ctx.hooks,
             keep_history: shared,
         };
-        crate::git::squash(&wt, &sq).map(|s| (s, false)).map_err(|e| e.to_string())
+        crate::os::git::squash(&wt, &sq).map(|s| (s, false)).map_err(|e| e.to_string())
     });
     let (made, adopted) = match made {
         Ok(r) => r,
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
     let (sha, kept) = match made {
-        crate::git::Squashed::NoChanges => {
+        crate::os::git::Squashed::NoChanges => {
             let done =
                 commit_nothing(ctx, id, "no changes: the task's end state equals its base; nothing was committed")?;
             remove_worktree(ctx, id).await;
             return Ok(done);
         }
-        crate::git::Squashed::Commit(sha) => (sha, false),
-        crate::git::Squashed::Kept(sha) => (sha, true),
+        crate::os::git::Squashed::Commit(sha) => (sha, false),
+        crate::os::git::Squashed::Kept(sha) => (sha, true),
     };
     if !shared {
         tracing::info!(RUN_ID = %ctx.run_id, TASK = %id, sha = %sha, adopted, "committed in the task worktree");
         let (run_wt, name) = (ctx.pointer.worktree.clone(), worktree::attempt_ref(&ctx.run_id, id, attempt));
-        if let Err(e) = blocking(|| crate::git::set_ref(&run_wt, &name, &sha)) {
+        if let Err(e) = blocking(|| crate::os::git::set_ref(&run_wt, &name, &sha)) {
             tracing::warn!(RUN_ID = %ctx.run_id, TASK = %id, error = %e, "cannot keep the attempt's ref (its branch keeps it)");
         }
         return Ok(Committed::InWorktree);
@@ -923,12 +923,12 @@ fn quiet_worktree(id: &TaskId, wt: &Path, tree: Option<&worktree::TaskTree>) {
     match tree {
         Some(t) => {
             worktree::settle(t);
-            for l in crate::git::clear_stale_locks(wt, &t.branch, timeouts::STALE_LOCK_WAIT) {
+            for l in crate::os::git::clear_stale_locks(wt, &t.branch, timeouts::STALE_LOCK_WAIT) {
                 tracing::warn!(task = %id, lock = %l.display(), "removed a stale git lock left in the task's worktree");
             }
         }
         None => {
-            crate::git::wait_index_unlocked(wt, timeouts::INDEX_LOCK_WAIT);
+            crate::os::git::wait_index_unlocked(wt, timeouts::INDEX_LOCK_WAIT);
         }
     }
 }
@@ -978,24 +978,24 @@ async fn integrate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> 
     let base =
         blocking(|| ctx.journal.view().map_err(|e| e.to_string()).and_then(|v| base_of(ctx, &v, id, &tree.path))).ok();
     let done = blocking(|| -> Result<(Option<String>, bool), String> {
-        let owner = crate::git::Owner {
+        let owner = crate::os::git::Owner {
             run: ctx.run_id.as_str(),
             task: id.as_str(),
             nonce: ctx.nonce.as_deref(),
             since: ctx.start_sha.as_deref(),
         };
-        if let Some(sha) = crate::git::find_own_commit(&run_wt, &owner) {
+        if let Some(sha) = crate::os::git::find_own_commit(&run_wt, &owner) {
             return Ok((Some(sha), true));
         }
         worktree::settle(&tree);
-        let in_tree = crate::git::Owner { since: base.as_deref(), ..owner };
-        if crate::git::find_own_commit(&tree.path, &in_tree).is_none() {
+        let in_tree = crate::os::git::Owner { since: base.as_deref(), ..owner };
+        if crate::os::git::find_own_commit(&tree.path, &in_tree).is_none() {
             return Err(format!("no commit of task {id} in its worktree {}", tree.path.display()));
         }
         match worktree::integrate(&run_wt, &tree.path, ctx.branch.as_deref()) {
-            Ok(crate::git::Integrated::Commit(sha)) => Ok((Some(sha), false)),
-            Ok(crate::git::Integrated::Empty) => Ok((None, false)),
-            Err(crate::git::IntegrateError::Git(g)) => Err(format!("integration failed: {g}")),
+            Ok(crate::os::git::Integrated::Commit(sha)) => Ok((Some(sha), false)),
+            Ok(crate::os::git::Integrated::Empty) => Ok((None, false)),
+            Err(crate::os::git::IntegrateError::Git(g)) => Err(format!("integration failed: {g}")),
             Err(e) => Err(e.to_string()),
         }
     });
@@ -1026,7 +1026,7 @@ async fn workspace(ctx: &Ctx, task: &Task) -> Result<worktree::Prepared, String>
     let id = &task.id;
     let Some(tree) = ctx.tree(id) else {
         let wt = ctx.pointer.worktree.clone();
-        return blocking(|| crate::git::head(&wt))
+        return blocking(|| crate::os::git::head(&wt))
             .map(|base| worktree::Prepared { base, carry: None })
             .map_err(|e| format!("cannot read the run's tip: {e}"));
     };

@@ -8,8 +8,8 @@
 use super::Scheduler;
 use super::pipeline::Start;
 use crate::ids::TaskId;
-use crate::journal::{Body, Record, RunEvent, TaskState};
-use crate::plan::OnRateLimit;
+use crate::state::journal::{Body, Record, RunEvent, TaskState};
+use crate::state::plan::OnRateLimit;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -61,7 +61,7 @@ impl Scheduler {
         }
         self.paused = true;
         if let Some(p) = &self.ctx.liveness {
-            let _ = crate::liveness::update(p, &self.ctx.run_id, |l| l.paused = true);
+            let _ = crate::state::liveness::update(p, &self.ctx.run_id, |l| l.paused = true);
         }
     }
 
@@ -83,7 +83,7 @@ impl Scheduler {
             }
             self.paused = false;
             if let Some(p) = &self.ctx.liveness {
-                let _ = crate::liveness::update(p, &self.ctx.run_id, |l| l.paused = false);
+                let _ = crate::state::liveness::update(p, &self.ctx.run_id, |l| l.paused = false);
             }
         }
         for task in tasks {

@@ -8,8 +8,8 @@ use super::pipeline::{Ctx, Start};
 use super::{Scheduler, SupervisorError, kill};
 use crate::exit;
 use crate::ids::TaskId;
-use crate::journal::{Record, TaskState};
-use crate::liveness;
+use crate::state::journal::{Record, TaskState};
+use crate::state::liveness;
 use crate::timeouts;
 use std::path::{Path, PathBuf};
 
@@ -52,7 +52,7 @@ impl Scheduler {
         }
         let view = self.view()?;
         // Asked tool calls of a dead supervisor's turns: nobody can answer them any more.
-        for a in view.approvals.values().filter(|a| a.state == crate::journal::ApprovalState::Pending) {
+        for a in view.approvals.values().filter(|a| a.state == crate::state::journal::ApprovalState::Pending) {
             tracing::warn!(RUN_ID = %ctx.run_id, TASK = %a.task, APPROVAL = %a.id, "expiring an approval of a previous supervisor");
             super::approvals::expire(
                 &ctx,
@@ -144,17 +144,17 @@ async fn found_commit(ctx: &Ctx, task: &TaskId) -> Found {
     let (run, tid, nonce, start) = (ctx.run_id.to_string(), task.to_string(), ctx.nonce.clone(), ctx.start_sha.clone());
     let base = ctx.journal.view().ok().and_then(|v| v.tasks.get(task).and_then(|t| t.base.clone()));
     tokio::task::spawn_blocking(move || {
-        crate::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
-        let owner = crate::git::Owner { run: &run, task: &tid, nonce: nonce.as_deref(), since: start.as_deref() };
-        if let Some(sha) = crate::git::find_own_commit(&wt, &owner) {
+        crate::os::git::wait_index_unlocked(&wt, timeouts::INDEX_LOCK_WAIT);
+        let owner = crate::os::git::Owner { run: &run, task: &tid, nonce: nonce.as_deref(), since: start.as_deref() };
+        if let Some(sha) = crate::os::git::find_own_commit(&wt, &owner) {
             return Found::OnRunBranch(sha);
         }
         if let Some(t) = &tree {
-            crate::worktree::settle(t);
+            crate::os::worktree::settle(t);
         }
-        let in_tree = crate::git::Owner { since: base.as_deref(), ..owner };
+        let in_tree = crate::os::git::Owner { since: base.as_deref(), ..owner };
         match tree {
-            Some(t) if t.path.exists() && crate::git::find_own_commit(&t.path, &in_tree).is_some() => {
+            Some(t) if t.path.exists() && crate::os::git::find_own_commit(&t.path, &in_tree).is_some() => {
                 Found::InTaskWorktree
             }
             _ => Found::Nowhere,

@@ -5,8 +5,8 @@
 
 use super::Scheduler;
 use crate::ids::TaskId;
-use crate::journal::{AttentionRecord, Body, Record};
-use crate::plan::OnStall;
+use crate::state::journal::{AttentionRecord, Body, Record};
+use crate::state::plan::OnStall;
 use std::time::{Duration, SystemTime};
 
 /// How often the watch looks: a tenth of `stall_after`, between 100 ms and 5 s.

@@ -6,8 +6,8 @@ use super::control::{Answer, Delivery, Envelope, Refusal, Reply, Request, Shown,
 use super::live::LiveCmd;
 use super::{PendingKill, Scheduler, kill};
 use crate::ids::TaskId;
-use crate::journal::{self, ControlRecord, Outcome, Record, RunEvent, Verb};
-use crate::liveness;
+use crate::state::journal::{self, ControlRecord, Outcome, Record, RunEvent, Verb};
+use crate::state::liveness;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -170,7 +170,7 @@ impl Scheduler {
         }
     }
 
-    fn task_of(&self, id: &TaskId) -> Result<crate::plan::Task, Refusal> {
+    fn task_of(&self, id: &TaskId) -> Result<crate::state::plan::Task, Refusal> {
         self.ctx.plan.task(id).cloned().ok_or_else(|| refuse(404, format!("run {} has no task {id}", self.ctx.run_id)))
     }
 

@@ -164,7 +164,7 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
         let kept = std::env::temp_dir().join(format!("harness-chaos-{seed}"));
         let _ = std::fs::create_dir_all(&kept);
         let _ = std::fs::copy(b.repo().join("runstate/chaos.jsonl"), kept.join("journal.jsonl"));
-        let log = harness::git::run(&b.repo(), &["log", "--stat", "--format=%H %s%n%b"]).unwrap_or_default();
+        let log = harness::os::git::run(&b.repo(), &["log", "--stat", "--format=%H %s%n%b"]).unwrap_or_default();
         let _ = std::fs::write(kept.join("git-log.txt"), log);
         let _ = std::process::Command::new("cp").arg("-r").arg(b.repo().join("runstate")).arg(&kept).status();
         eprintln!("seed {seed}: the invariants failed; post-mortem kept in {}", kept.display());
@@ -180,15 +180,15 @@ fn check_invariants(b: &Bench, run_id: &str, api: &ApiProc, seed: u64) {
         let t = format!("T{i:02}");
         assert_eq!(view["tasks"][&t]["state"], "committed", "seed {seed}: {t}");
         assert_eq!(b.commits_of(&t), 1, "seed {seed}: {t} has {} commits", b.commits_of(&t));
-        let sha = harness::git::find_task_commit(&b.repo(), run_id, &t).unwrap();
+        let sha = harness::os::git::find_task_commit(&b.repo(), run_id, &t).unwrap();
         assert_eq!(view["tasks"][&t]["sha"], sha.as_str(), "seed {seed}: journal and git disagree on {t}");
         // The commit's content is its task's: every line it adds was written by that task.
-        let diff = harness::git::run(&b.repo(), &["show", "--format=", "-U0", &sha]).unwrap();
+        let diff = harness::os::git::run(&b.repo(), &["show", "--format=", "-U0", &sha]).unwrap();
         let mine = format!("(task {t},");
         for line in diff.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")) {
             assert!(line.contains(&mine), "seed {seed}: {t}'s commit {sha} adds a line it did not write: {line}");
         }
-        let files = harness::git::run(&b.repo(), &["show", "--format=", "--name-only", &sha]).unwrap();
+        let files = harness::os::git::run(&b.repo(), &["show", "--format=", "--name-only", &sha]).unwrap();
         assert!(
             files.lines().any(|f| f == format!("own/{t}.txt")),
             "seed {seed}: {t}'s commit lacks its own file: {files}"
@@ -201,12 +201,15 @@ fn check_invariants(b: &Bench, run_id: &str, api: &ApiProc, seed: u64) {
             );
         }
         assert!(
-            !harness::git::run(&b.repo(), &["show", &sha]).unwrap().contains("<<<<<<<"),
+            !harness::os::git::run(&b.repo(), &["show", &sha]).unwrap().contains("<<<<<<<"),
             "seed {seed}: {t}: markers"
         );
     }
     // No task worktree or task branch outlives the run.
-    assert!(harness::git::run(&b.repo(), &["branch", "--list", "harness/*"]).unwrap().trim().is_empty(), "seed {seed}");
+    assert!(
+        harness::os::git::run(&b.repo(), &["branch", "--list", "harness/*"]).unwrap().trim().is_empty(),
+        "seed {seed}"
+    );
     assert!(!b.home().join("worktrees").join(run_id).exists(), "seed {seed}: worktrees left");
     // No torn or interleaved line: every line parses, none is reported bad.
     assert!(view["bad_lines"].as_array().unwrap().is_empty(), "seed {seed}: {}", view["bad_lines"]);

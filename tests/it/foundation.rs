@@ -222,10 +222,10 @@ fn cli_refuses_invalid_transition_with_a_message_naming_it() {
 fn child_appender() {
     let Ok(path) = std::env::var("HARNESS_TEST_APPEND_PATH") else { return };
     let who = std::env::var("HARNESS_TEST_APPEND_WHO").unwrap();
-    let j = harness::journal::Journal::open(Path::new(&path)).unwrap();
+    let j = harness::state::journal::Journal::open(Path::new(&path)).unwrap();
     for i in 0..500 {
-        let rec = harness::journal::Record::run(
-            harness::journal::RunEvent::Resumed,
+        let rec = harness::state::journal::Record::run(
+            harness::state::journal::RunEvent::Resumed,
             &who,
             Some(format!("{who}-{i}-{}", "x".repeat(i % 97))),
         );
@@ -259,8 +259,9 @@ fn eight_processes_times_500_appends_give_4000_whole_lines() {
     assert_eq!(lines.len(), 4000);
     let mut per_worker = std::collections::HashMap::<String, Vec<usize>>::new();
     for l in &lines {
-        let rec = harness::journal::parse_line(l.as_bytes()).unwrap_or_else(|e| panic!("interleaved line {l:?}: {e}"));
-        let harness::journal::Body::Run(r) = rec.body else { panic!("unexpected record") };
+        let rec =
+            harness::state::journal::parse_line(l.as_bytes()).unwrap_or_else(|e| panic!("interleaved line {l:?}: {e}"));
+        let harness::state::journal::Body::Run(r) = rec.body else { panic!("unexpected record") };
         let d = r.detail.unwrap();
         let mut parts = d.splitn(3, '-');
         let (w, i) = (parts.next().unwrap().to_string(), parts.next().unwrap().parse::<usize>().unwrap());
@@ -270,7 +271,7 @@ fn eight_processes_times_500_appends_give_4000_whole_lines() {
     for (w, seq) in per_worker {
         assert_eq!(seq, (0..500).collect::<Vec<_>>(), "worker {w} records out of order or lost");
     }
-    let v = harness::journal::replay(&path).unwrap();
+    let v = harness::state::journal::replay(&path).unwrap();
     assert_eq!(v.records, 4000);
     assert!(v.bad_lines.is_empty() && v.torn_tail.is_none());
 }

@@ -292,8 +292,8 @@ fn two_runs_in_one_checkout_started_together_commit_all_sixteen_tasks_each_with_
         let slug = id.split("--").nth(1).unwrap();
         for i in 0..8 {
             let task = format!("t{i}");
-            let sha = harness::git::find_task_commit(&b.repo(), id, &task).unwrap_or_else(|| panic!("{id} {task}"));
-            assert_eq!(harness::git::count_task_commits(&b.repo(), id, &task), 1);
+            let sha = harness::os::git::find_task_commit(&b.repo(), id, &task).unwrap_or_else(|| panic!("{id} {task}"));
+            assert_eq!(harness::os::git::count_task_commits(&b.repo(), id, &task), 1);
             let mut want = vec![format!("{slug}/t{i}.txt")];
             if i % 2 == 0 {
                 want.insert(0, format!("{slug}/self-{i}.txt"));
@@ -328,12 +328,13 @@ fn a_run_again_after_prune_lands_its_own_work_even_when_killed_between_commit_an
         .write(true)
         .open(b.repo().join(".git/harness-integrate.lock"))
         .unwrap();
-    let held = harness::flock::Flock::exclusive(&lock).unwrap();
+    let held = harness::os::flock::Flock::exclusive(&lock).unwrap();
     let plan = r#"{"v":"plan/v1","slug":"again","tasks":[{"id":"T","wave":1,"adapter":"claude","prompt":"second [fake-write:second.txt]"}]}"#;
     let mut sup = b.start_supervised(plan, "success", &[]);
     let wt = b.home().join("worktrees").join(b.run_id()).join("T");
     wait_for(T, || {
-        (wt.exists() && harness::git::find_task_commit(&wt, &b.run_id(), "T").is_some_and(|s| s != old)).then_some(())
+        (wt.exists() && harness::os::git::find_task_commit(&wt, &b.run_id(), "T").is_some_and(|s| s != old))
+            .then_some(())
     })
     .unwrap_or_else(|| panic!("the task never committed in its worktree: {}", b.supervisor_log()));
     sup.child.kill().unwrap();
@@ -362,11 +363,11 @@ fn a_branch_switched_in_the_runs_worktree_halts_the_next_integration_naming_both
         .write(true)
         .open(b.repo().join(".git/harness-integrate.lock"))
         .unwrap();
-    let held = harness::flock::Flock::exclusive(&lock).unwrap();
+    let held = harness::os::flock::Flock::exclusive(&lock).unwrap();
     let plan = r#"{"v":"plan/v1","slug":"pinned","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]"}]}"#;
     let _sup = b.start_supervised(plan, "success", &["--linger", "1m"]);
     let wt = b.home().join("worktrees").join(b.run_id()).join("A");
-    wait_for(T, || (wt.exists() && harness::git::find_task_commit(&wt, &b.run_id(), "A").is_some()).then_some(()))
+    wait_for(T, || (wt.exists() && harness::os::git::find_task_commit(&wt, &b.run_id(), "A").is_some()).then_some(()))
         .unwrap_or_else(|| panic!("A never committed in its worktree: {}", b.supervisor_log()));
     let main_before = git(&b.repo(), &["rev-parse", "main"]);
     git(&b.repo(), &["switch", "-q", "-c", "elsewhere"]);

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 /// A run registered by hand, as `harness run` leaves one: repo, runstate, plan copy, journal, pointer.
 struct HandRun {
-    pointer: harness::registry::Pointer,
+    pointer: harness::state::registry::Pointer,
 }
 
 struct Spec<'a> {
     slug: &'a str,
     project: &'a str,
     branch: &'a str,
-    plane: harness::registry::Plane,
+    plane: harness::state::registry::Plane,
     /// The run events after `started` (`None`: not even started — pending).
     events: Option<&'a [&'a str]>,
     /// The last record's time.
@@ -25,7 +25,14 @@ struct Spec<'a> {
 
 impl Spec<'_> {
     fn new(slug: &str, ts: String) -> Spec<'_> {
-        Spec { slug, project: "p", branch: "main", plane: harness::registry::Plane::Standalone, events: Some(&[]), ts }
+        Spec {
+            slug,
+            project: "p",
+            branch: "main",
+            plane: harness::state::registry::Plane::Standalone,
+            events: Some(&[]),
+            ts,
+        }
     }
 }
 
@@ -44,8 +51,8 @@ impl HandRun {
         let rs = repo.join("runstate");
         std::fs::create_dir_all(&rs).unwrap();
         let slug = harness::ids::Slug::parse(s.slug).unwrap();
-        let pointer = harness::registry::Pointer {
-            v: harness::registry::VERSION.into(),
+        let pointer = harness::state::registry::Pointer {
+            v: harness::state::registry::VERSION.into(),
             run_id: harness::ids::RunId::derive(&repo, &repo, &slug),
             slug,
             repo_root: repo.clone(),
@@ -67,7 +74,7 @@ impl HandRun {
             }
         }
         std::fs::write(pointer.journal_path(), j).unwrap();
-        harness::registry::write(&harness::home::Home::at(home), &pointer).unwrap();
+        harness::state::registry::write(&harness::os::home::Home::at(home), &pointer).unwrap();
         HandRun { pointer }
     }
 
@@ -78,7 +85,7 @@ impl HandRun {
     fn append(&self, event: &str) {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new().append(true).open(self.pointer.journal_path()).unwrap();
-        f.write_all(record(&harness::journal::now_rfc3339(), event).as_bytes()).unwrap();
+        f.write_all(record(&harness::state::journal::now_rfc3339(), event).as_bytes()).unwrap();
     }
 }
 
@@ -91,7 +98,7 @@ struct Setup {
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    harness::home::Home::at(&home).ensure().unwrap();
+    harness::os::home::Home::at(&home).ensure().unwrap();
     let root = dir.path().to_path_buf();
     Setup { _dir: dir, home, root }
 }
@@ -174,11 +181,11 @@ fn each_filter_selects_and_bad_values_name_the_parameter() {
     let dynwf = HandRun::make(
         &s.home,
         &s.root,
-        &Spec { plane: harness::registry::Plane::Dynwf, project: "beta", ..plain("dyn-one", 50) },
+        &Spec { plane: harness::state::registry::Plane::Dynwf, project: "beta", ..plain("dyn-one", 50) },
     );
     // A live one: its liveness names a supervisor that is alive (this test process).
     let live = HandRun::make(&s.home, &s.root, &Spec { project: "beta", ..plain("live-one", 60) });
-    harness::liveness::update(&live.pointer.liveness_path(), &live.pointer.run_id, |l| {
+    harness::state::liveness::update(&live.pointer.liveness_path(), &live.pointer.run_id, |l| {
         l.supervisor_pid = Some(std::process::id() as i32)
     })
     .unwrap();
@@ -489,7 +496,7 @@ fn prune_never_touches_a_live_run() {
     let held =
         HandRun::make(&b.home(), root.path(), &Spec { events: Some(&["finished"]), ..Spec::new("held", ts(40 * DAY)) });
     let lock = std::fs::File::create(held.pointer.runstate_dir.join("held.supervisor.lock")).unwrap();
-    let _flock = harness::flock::Flock::try_exclusive(&lock).unwrap().expect("free");
+    let _flock = harness::os::flock::Flock::try_exclusive(&lock).unwrap().expect("free");
     let pointer = b.home().join(format!("runs/{run}.json"));
     let before = std::fs::read(&pointer).unwrap();
     let live_journal = b.repo().join("runstate/live.jsonl");

@@ -208,8 +208,8 @@ impl TapMkdir for std::path::PathBuf {
 #[test]
 fn packaged_units_are_the_rendered_units() {
     // packaging/deb/units/* must be units/* rendered for /usr/bin/harness and %h/.harness.
-    for (name, text) in harness::install::UNITS {
-        let want = harness::install::render(
+    for (name, text) in harness::os::install::UNITS {
+        let want = harness::os::install::render(
             text,
             Path::new("/usr/bin/harness"),
             Path::new("%h/.harness"),
@@ -220,8 +220,11 @@ fn packaged_units_are_the_rendered_units() {
     }
     // The macOS agent plist is the rendered one too, and parses.
     let plist = std::fs::read_to_string(repo_dir().join("packaging/macos/com.harness.api.plist")).unwrap();
-    let home = harness::home::Home::at("/usr/local/var/harness");
-    assert_eq!(plist.trim_end(), harness::launchd::api_plist(Path::new("/usr/local/bin/harness"), &home).trim_end());
+    let home = harness::os::home::Home::at("/usr/local/var/harness");
+    assert_eq!(
+        plist.trim_end(),
+        harness::os::launchd::api_plist(Path::new("/usr/local/bin/harness"), &home).trim_end()
+    );
 }
 
 #[test]

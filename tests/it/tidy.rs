@@ -117,13 +117,28 @@ fn pure(path: &str, src: &str) -> Vec<String> {
     out
 }
 
-/// Rule: only `git.rs` spawns git.
+/// Rule: only `os/git.rs` spawns git.
 fn git_only_in_git_rs(path: &str, src: &str) -> Vec<String> {
-    if path == "git.rs" {
+    if path == "os/git.rs" {
         return vec![];
     }
     let c = code(src).replace(char::is_whitespace, "");
     if c.contains("Command::new(\"git\")") { vec![format!("{path}: spawns git (only git.rs may)")] } else { vec![] }
+}
+
+/// Rule: the folders are layers. `os/` (the OS and git) knows no run state and no front end;
+/// `state/` (what is on disk about runs) knows no front end.
+fn layers(path: &str, src: &str) -> Vec<String> {
+    let above: &[&str] = match top_module(path).as_str() {
+        "os" => &["state", "api", "supervisor", "cli", "runner", "demo", "approval_mcp"],
+        "state" => &["api", "supervisor", "cli", "runner", "demo", "approval_mcp"],
+        _ => return vec![],
+    };
+    crate_deps(src)
+        .into_iter()
+        .filter(|d| above.contains(&d.as_str()))
+        .map(|d| format!("{path}: imports `crate::{d}`, a layer above `{}/`", top_module(path)))
+        .collect()
 }
 
 /// Rule: the API never writes a journal itself; its ways to append are the DynWF inbox
@@ -150,6 +165,7 @@ const RULES: &[(&str, Rule)] = &[
     ("git_only_in_git_rs", git_only_in_git_rs),
     ("api_writes_no_journal", api_writes_no_journal),
     ("engine_knowledge_in_engine", engine_knowledge_in_engine),
+    ("layers", layers),
 ];
 
 /// Rule: what an engine can do is asked of `Adapter` (`src/engine/`), never read off its variant
@@ -336,18 +352,24 @@ fn each_rule_catches_what_it_is_for() {
     assert!(hits(no_cli_import, "api/mod.rs", "//! a\nuse crate::{cli, home};\n"));
     assert!(!hits(no_cli_import, "cli/remote.rs", "//! r\nuse crate::cli::CliError;\n"));
     assert!(!hits(no_cli_import, "api/mod.rs", "//! a\n// see crate::cli for the flags\n"));
+    assert!(hits(layers, "os/worktree.rs", "use crate::state::journal::Journal;"));
+    assert!(hits(layers, "state/plan.rs", "let x = crate::supervisor::Options::default();"));
+    assert!(!hits(layers, "state/prune.rs", "use crate::os::worktree;"));
     assert!(hits(pure, "engine/claude/normalize.rs", "let t = std::time::SystemTime::now();"));
     assert!(hits(pure, "events.rs", "static COUNTER: u64 = 0;"));
     assert!(hits(pure, "engine/normalize.rs", "let f = std::fs::read(p);"));
-    assert!(!hits(pure, "tail.rs", "let f = std::fs::read(p);"));
+    assert!(!hits(pure, "os/tail.rs", "let f = std::fs::read(p);"));
     assert!(hits(git_only_in_git_rs, "supervisor/pipeline.rs", "Command::new( \"git\" ).arg(\"add\")"));
-    assert!(!hits(git_only_in_git_rs, "git.rs", "Command::new(\"git\")"));
+    assert!(!hits(git_only_in_git_rs, "os/git.rs", "Command::new(\"git\")"));
     assert!(hits(api_writes_no_journal, "api/verbs.rs", "let j = Journal::open(&p)?; j.append(&rec)?;"));
-    assert!(!hits(api_writes_no_journal, "api/verbs.rs", "crate::inbox::append(&pointer, verb)"));
+    assert!(!hits(api_writes_no_journal, "api/verbs.rs", "crate::state::inbox::append(&pointer, verb)"));
     assert!(hits(engine_knowledge_in_engine, "plan.rs", "if t.adapter == Adapter::Claude {"));
     assert!(hits(engine_knowledge_in_engine, "api/x.rs", "match a { Adapter::Codex => 1, _ => 2 }"));
     assert!(!hits(engine_knowledge_in_engine, "engine/mod.rs", "match self { Adapter::Codex => 1 }"));
     assert!(!hits(engine_knowledge_in_engine, "plan.rs", "if t.adapter.has_live_channel() {"));
+    assert!(hits(layers, "os/worktree.rs", "use crate::state::journal::Journal;"));
+    assert!(hits(layers, "state/plan.rs", "let x = crate::supervisor::Options::default();"));
+    assert!(!hits(layers, "state/prune.rs", "use crate::os::worktree;"));
     assert!(hits(pure, "engine/claude/normalize.rs", "let f = std::fs::read(p);"));
     let mut g = BTreeMap::new();
     g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));

@@ -164,7 +164,7 @@ fn supervisor_killed_between_a_tasks_commit_and_its_integration_integrates_it_on
     let run = b.run_id();
     let committed_in_worktree = |t: &str| {
         let wt = b.home().join("worktrees").join(&run).join(t);
-        wt.exists() && harness::git::find_task_commit(&wt, &run, t).is_some()
+        wt.exists() && harness::os::git::find_task_commit(&wt, &run, t).is_some()
     };
     wait_for(T, || (committed_in_worktree("A") && committed_in_worktree("B")).then_some(()))
         .unwrap_or_else(|| panic!("tasks never committed in their worktrees: {}", b.supervisor_log()));
@@ -207,15 +207,15 @@ fn a_supervisor_killed_during_its_run_end_leaves_nothing_once_the_run_is_supervi
     assert_eq!(b.view()["status"], "finished");
     // What a supervisor SIGKILLed after `finished` and before its run-end work leaves: a task
     // worktree and its branch, liveness naming it (dead) and its socket, the socket file.
-    let (home, run) = (harness::home::Home::at(b.home()), harness::ids::RunId::parse(&b.run_id()).unwrap());
-    let tree = harness::worktree::of(&home, &run, &harness::ids::TaskId::parse("A").unwrap());
+    let (home, run) = (harness::os::home::Home::at(b.home()), harness::ids::RunId::parse(&b.run_id()).unwrap());
+    let tree = harness::os::worktree::of(&home, &run, &harness::ids::TaskId::parse("A").unwrap());
     git(&b.repo(), &["worktree", "add", "-b", &tree.branch, &tree.path.to_string_lossy()]);
     let sock = home.checked_socket_path(&run).unwrap();
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     let mut dead = Command::new("true").spawn().unwrap();
     dead.wait().unwrap();
-    let pointer = harness::registry::read(&home, &run).unwrap();
-    harness::liveness::update(&pointer.liveness_path(), &run, |l| {
+    let pointer = harness::state::registry::read(&home, &run).unwrap();
+    harness::state::liveness::update(&pointer.liveness_path(), &run, |l| {
         l.supervisor_pid = Some(dead.id() as i32);
         l.sock = Some(sock.clone());
     })
@@ -224,7 +224,7 @@ fn a_supervisor_killed_during_its_run_end_leaves_nothing_once_the_run_is_supervi
     assert_eq!(b.supervise_to_the_end("success"), 0);
     assert_no_worktree_left(&b);
     assert!(!sock.exists(), "the dead supervisor's socket is left");
-    let live = harness::liveness::get(&pointer.liveness_path()).unwrap().unwrap();
+    let live = harness::state::liveness::get(&pointer.liveness_path()).unwrap().unwrap();
     assert!(live.supervisor_pid.is_none() && live.sock.is_none(), "liveness still names the dead supervisor");
 }
 
@@ -264,24 +264,24 @@ fn a_stale_lock_left_by_a_killed_git_does_not_block_removing_a_task_branch() {
     let repo = dir.path().join("repo");
     git_repo(&repo);
     let wt = dir.path().join("wt");
-    harness::git::worktree_add(&repo, &wt, "harness/r/T", "HEAD", harness::git::Hooks::Off).unwrap();
+    harness::os::git::worktree_add(&repo, &wt, "harness/r/T", "HEAD", harness::os::git::Hooks::Off).unwrap();
     // What a git killed while deleting a ref leaves: packed-refs.lock (deleting any ref takes it),
     // here 10 s old, and the branch's own lock.
     let lock = repo.join(".git/packed-refs.lock");
     let f = std::fs::File::create(&lock).unwrap();
     f.set_modified(std::time::SystemTime::now() - Duration::from_secs(10)).unwrap();
     std::fs::write(repo.join(".git/refs/heads/harness/r/T.lock"), "").unwrap();
-    harness::git::worktree_remove(&repo, &wt, "harness/r/T").expect("removed despite the stale locks");
+    harness::os::git::worktree_remove(&repo, &wt, "harness/r/T").expect("removed despite the stale locks");
     assert!(!wt.exists());
-    assert!(harness::git::run(&repo, &["rev-parse", "--verify", "--quiet", "refs/heads/harness/r/T"]).is_err());
+    assert!(harness::os::git::run(&repo, &["rev-parse", "--verify", "--quiet", "refs/heads/harness/r/T"]).is_err());
     // A fresh lock (a git running now) is waited for until it is 5 s old, not taken at once.
-    harness::git::worktree_add(&repo, &wt, "harness/r/U", "HEAD", harness::git::Hooks::Off).unwrap();
+    harness::os::git::worktree_add(&repo, &wt, "harness/r/U", "HEAD", harness::os::git::Hooks::Off).unwrap();
     std::fs::write(&lock, "").unwrap();
     let t = Instant::now();
-    harness::git::worktree_remove(&repo, &wt, "harness/r/U").unwrap();
+    harness::os::git::worktree_remove(&repo, &wt, "harness/r/U").unwrap();
     assert!(t.elapsed() >= Duration::from_millis(4500), "took a fresh lock after {:?}", t.elapsed());
     // One kept fresh (a git that holds it) is never taken: after 8 s the error names it.
-    harness::git::worktree_add(&repo, &wt, "harness/r/V", "HEAD", harness::git::Hooks::Off).unwrap();
+    harness::os::git::worktree_add(&repo, &wt, "harness/r/V", "HEAD", harness::os::git::Hooks::Off).unwrap();
     std::fs::write(&lock, "").unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let toucher = {
@@ -295,7 +295,7 @@ fn a_stale_lock_left_by_a_killed_git_does_not_block_removing_a_task_branch() {
             }
         })
     };
-    let err = harness::git::worktree_remove(&repo, &wt, "harness/r/V").unwrap_err().to_string();
+    let err = harness::os::git::worktree_remove(&repo, &wt, "harness/r/V").unwrap_err().to_string();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     toucher.join().unwrap();
     assert!(err.contains("packed-refs.lock': File exists"), "{err}");

@@ -498,12 +498,12 @@ impl Bench {
     /// Commits in the repo carrying this run's and task's trailers.
     /// The commit of `task` on the run's branch.
     pub fn commit_of(&self, task: &str) -> String {
-        harness::git::find_task_commit(&self.repo(), &self.run_id(), task)
+        harness::os::git::find_task_commit(&self.repo(), &self.run_id(), task)
             .unwrap_or_else(|| panic!("no commit of {task}"))
     }
 
     pub fn commits_of(&self, task: &str) -> usize {
-        harness::git::count_task_commits(&self.repo(), &self.run_id(), task)
+        harness::os::git::count_task_commits(&self.repo(), &self.run_id(), task)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::fold::fold_bytes;
 use super::{Body, JournalError, Record, RunView, TaskState, validate_shape};
-use crate::flock::Flock;
+use crate::os::flock::Flock;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

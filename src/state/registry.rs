@@ -4,8 +4,8 @@
 //! Only discovery is global: a pointer says where the run's per-repo `runstateDir` is; it never holds
 //! run state, and this module never reads journals.
 
-use crate::home::{self, Home};
 use crate::ids::{RunId, Slug};
+use crate::os::home::{self, Home};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
@@ -219,7 +219,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
     let repo = repo_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into());
     let created = match read(home, &run_id) {
         Ok(old) => old.created,
-        Err(_) => crate::journal::now_rfc3339(),
+        Err(_) => crate::state::journal::now_rfc3339(),
     };
     let p = Pointer {
         v: VERSION.into(),
@@ -227,7 +227,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
         slug: r.slug.clone(),
         project: r.project.map(str::to_string).unwrap_or_else(|| repo.clone()),
         repo,
-        branch: crate::git::branch(&worktree),
+        branch: crate::os::git::branch(&worktree),
         repo_root,
         worktree,
         runstate_dir,

@@ -9,10 +9,10 @@
 //! tombstone (`runs/<runId>.pruned`) so `GET /runs/:runId` can say it was pruned. Before logs are
 //! removed their usage is kept (`<slug>.usage.json`), so a run's cost outlives its logs.
 
-use crate::home::Home;
 use crate::ids::RunId;
-use crate::journal::{self, RunStatus};
-use crate::registry::{self, Pointer};
+use crate::os::home::Home;
+use crate::state::journal::{self, RunStatus};
+use crate::state::registry::{self, Pointer};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -77,7 +77,7 @@ pub fn retention(home: &Home) -> Result<Option<Options>, String> {
     if r.v != RETENTION_VERSION {
         return Err(format!("{}: v must be {RETENTION_VERSION:?}, got {:?}", path.display(), r.v));
     }
-    let older_than = crate::summary::parse_age(&r.finished_before).ok_or_else(|| {
+    let older_than = crate::state::summary::parse_age(&r.finished_before).ok_or_else(|| {
         format!("{}: finished_before must be an age such as 30d, got {:?}", path.display(), r.finished_before)
     })?;
     Ok(Some(Options { older_than, logs_only: r.logs_only, dry_run: false }))
@@ -118,11 +118,11 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
     if !selected(&view) {
         return Ok(None);
     }
-    let live = crate::liveness::get(&p.liveness_path())
+    let live = crate::state::liveness::get(&p.liveness_path())
         .ok()
         .flatten()
         .and_then(|l| l.supervisor_pid)
-        .is_some_and(crate::liveness::pid_alive);
+        .is_some_and(crate::state::liveness::pid_alive);
     if live {
         return Err("its supervisor is alive".into());
     }
@@ -139,7 +139,7 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
     let lock_path = p.runstate_dir.join(format!("{}.supervisor.lock", p.slug));
     let lock_file = open_lock(&lock_path, opts.dry_run)?;
     let _held = match &lock_file {
-        Some(f) => match crate::flock::Flock::try_exclusive(f) {
+        Some(f) => match crate::os::flock::Flock::try_exclusive(f) {
             Ok(Some(l)) => Some(l),
             Ok(None) => return Err("a supervisor holds its lock".into()),
             Err(e) => return Err(format!("cannot lock {}: {e}", lock_path.display())),
@@ -179,8 +179,12 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
             "v": "pruned/v1", "runId": p.run_id, "pruned_at": journal::now_rfc3339(),
             "status": again.status, "last_activity": again.last_ts, "bytes": done.bytes,
         });
-        crate::home::write_atomic(&crate::summary::tombstone_path(home, &p.run_id), tomb.to_string().as_bytes(), 0o600)
-            .map_err(|e| format!("cannot write the tombstone: {e}"))?;
+        crate::os::home::write_atomic(
+            &crate::state::summary::tombstone_path(home, &p.run_id),
+            tomb.to_string().as_bytes(),
+            0o600,
+        )
+        .map_err(|e| format!("cannot write the tombstone: {e}"))?;
     }
     for q in &paths {
         let r = if q.is_dir() && !q.is_symlink() { std::fs::remove_dir_all(q) } else { std::fs::remove_file(q) };
@@ -196,9 +200,9 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
 /// True when unintegrated task work of the run is still there (a worktree, a task branch, a kept
 /// attempt).
 fn keeps_task_work(home: &Home, p: &Pointer) -> bool {
-    !crate::worktree::existing(home, &p.run_id).is_empty()
-        || !crate::git::branches_under(&p.worktree, &crate::worktree::branch_prefix(&p.run_id)).is_empty()
-        || !crate::git::refs_under(&p.worktree, &crate::worktree::refs_prefix(&p.run_id)).is_empty()
+    !crate::os::worktree::existing(home, &p.run_id).is_empty()
+        || !crate::os::git::branches_under(&p.worktree, &crate::os::worktree::branch_prefix(&p.run_id)).is_empty()
+        || !crate::os::git::refs_under(&p.worktree, &crate::os::worktree::refs_prefix(&p.run_id)).is_empty()
 }
 
 /// Opens the run's supervisor lock file: created (to lock it) unless only looking (`dry_run`: the
@@ -236,7 +240,7 @@ fn run_files(home: &Home, p: &Pointer, lock_path: &Path, logs_only: bool) -> Vec
             rs(".notify.json"),
             rs(".usage.json"),
             home.socket_path(&p.run_id),
-            crate::summary::path(home, &p.run_id),
+            crate::state::summary::path(home, &p.run_id),
             lock_path.to_path_buf(),
         ]);
     }
@@ -245,13 +249,13 @@ fn run_files(home: &Home, p: &Pointer, lock_path: &Path, logs_only: bool) -> Vec
 
 /// Each planned task's usage, written beside the journal before the logs go (`<slug>.usage.json`).
 fn keep_usage(p: &Pointer, view: &journal::RunView) -> Result<(), String> {
-    let Ok(plan) = crate::plan::Plan::load(&p.plan_path()) else { return Ok(()) };
-    let mut tallies = crate::spend::LogTallies::default();
-    let (_, per_task) = crate::spend::run_spend(&plan, view, p, |a, log| tallies.usage(a, log));
+    let Ok(plan) = crate::state::plan::Plan::load(&p.plan_path()) else { return Ok(()) };
+    let mut tallies = crate::state::spend::LogTallies::default();
+    let (_, per_task) = crate::state::spend::run_spend(&plan, view, p, |a, log| tallies.usage(a, log));
     let kept: std::collections::BTreeMap<String, crate::engine::usage::Usage> =
         per_task.into_iter().map(|(t, u)| (t.to_string(), u)).collect();
     let body = serde_json::json!({"v": "usage-kept/v1", "tasks": kept});
-    crate::home::write_atomic(
+    crate::os::home::write_atomic(
         &p.runstate_dir.join(format!("{}.usage.json", p.slug)),
         body.to_string().as_bytes(),
         0o644,

@@ -114,7 +114,7 @@ pub fn take_activated() -> Vec<Activated> {
     if out.is_empty() {
         use std::os::fd::FromRawFd;
         for name in ["api-tcp", "api-unix", "control"] {
-            for fd in crate::launchd::activate_socket(name) {
+            for fd in crate::os::launchd::activate_socket(name) {
                 // SAFETY: launchd hands these fds to this process to own.
                 if name == "api-tcp" {
                     let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };

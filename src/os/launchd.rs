@@ -5,8 +5,8 @@
 //! compiles on macOS (it cannot be built or run on the Linux machines this project is tested on, so
 //! it is kept to a few lines).
 
-use crate::home::Home;
 use crate::ids::RunId;
+use crate::os::home::Home;
 use std::path::Path;
 
 fn xml(s: &str) -> String {
@@ -75,7 +75,7 @@ pub fn install_agent(bin: &Path, home: &Home) -> Result<String, String> {
     let dir = std::path::PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?).join("Library/LaunchAgents");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let p = dir.join("com.harness.api.plist");
-    crate::home::write_atomic(&p, api_plist(bin, home).as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    crate::os::home::write_atomic(&p, api_plist(bin, home).as_bytes(), 0o644).map_err(|e| e.to_string())?;
     Ok(format!("wrote {}\nload it with:\n  launchctl bootstrap gui/$(id -u) {}", p.display(), p.display()))
 }
 
@@ -86,7 +86,7 @@ pub fn start_run_agent(bin: &Path, home: &Home, run: &RunId) -> Result<String, S
     let dir = std::path::PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?).join("Library/LaunchAgents");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let p = dir.join(format!("com.harness.supervisor.{run}.plist"));
-    crate::home::write_atomic(&p, supervisor_plist(bin, home, run).as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    crate::os::home::write_atomic(&p, supervisor_plist(bin, home, run).as_bytes(), 0o644).map_err(|e| e.to_string())?;
     let uid = nix::unistd::getuid().as_raw();
     let st = std::process::Command::new("launchctl")
         .arg("bootstrap")

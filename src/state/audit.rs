@@ -5,7 +5,7 @@
 //! path that is no route) go to the log (journald under systemd) with the peer's uid instead.
 
 use crate::ids::TaskId;
-use crate::journal::{ControlRecord, Journal, JournalError, Outcome, Record, Verb};
+use crate::state::journal::{ControlRecord, Journal, JournalError, Outcome, Record, Verb};
 use std::path::Path;
 
 /// Appends `rec` (a refusal) to the journal at `journal`.
@@ -16,7 +16,7 @@ pub fn refused(journal: &Path, rec: ControlRecord) -> Result<(), JournalError> {
 
 /// The refusal record for a request whose parts are known to this extent.
 pub fn record(verb: Verb, task: Option<TaskId>, msg: Option<&str>, by: &str, detail: &str) -> ControlRecord {
-    ControlRecord { msg: msg.map(crate::journal::clip_refused_msg), ..Record::refused(verb, task, by, detail) }
+    ControlRecord { msg: msg.map(crate::state::journal::clip_refused_msg), ..Record::refused(verb, task, by, detail) }
 }
 
 /// A refusal no run's journal can hold, logged with who asked: plain fields, so

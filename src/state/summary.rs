@@ -8,13 +8,13 @@
 //! the supervisor write it at each state change; any writer may lose a race to another, and the loser's
 //! older fingerprints only make the next reader rebuild. *Journal wins.*
 
-use crate::home::Home;
 use crate::ids::RunId;
-use crate::journal::{self, RunStatus, RunView, TaskState};
-use crate::liveness::{self, Liveness};
-use crate::plan::Plan;
-use crate::registry::{self, Pointer};
-use crate::spend::LogTallies;
+use crate::os::home::Home;
+use crate::state::journal::{self, RunStatus, RunView, TaskState};
+use crate::state::liveness::{self, Liveness};
+use crate::state::plan::Plan;
+use crate::state::registry::{self, Pointer};
+use crate::state::spend::LogTallies;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -107,7 +107,7 @@ pub fn read(home: &Home, run: &RunId) -> Option<Summary> {
 pub fn write(home: &Home, s: &Summary) -> std::io::Result<()> {
     let mut bytes = serde_json::to_vec(s).expect("a summary serializes");
     bytes.push(b'\n');
-    crate::home::replace_cache(&path(home, &s.head.pointer.run_id), &bytes, 0o600)
+    crate::os::home::replace_cache(&path(home, &s.head.pointer.run_id), &bytes, 0o600)
 }
 
 /// Everything known about one run from disk.
@@ -162,7 +162,7 @@ impl RunFiles {
         tallies: &mut dyn FnMut(crate::engine::Adapter, &Path) -> crate::engine::usage::Usage,
     ) -> (crate::engine::usage::Usage, Vec<(crate::ids::TaskId, crate::engine::usage::Usage)>) {
         match &self.plan {
-            Some(plan) => crate::spend::run_spend(plan, &self.view, &self.pointer, tallies),
+            Some(plan) => crate::state::spend::run_spend(plan, &self.view, &self.pointer, tallies),
             None => (crate::engine::usage::Usage::sum([]), Vec::new()),
         }
     }

@@ -4,7 +4,7 @@
 //! (blocking, bounded by a timeout). The tailing, retries and the delivered mark are the
 //! supervisor's (`supervisor/notifier.rs`).
 
-use crate::journal::{ApprovalState, Body, Record, RunEvent, TaskState};
+use crate::state::journal::{ApprovalState, Body, Record, RunEvent, TaskState};
 use serde::Serialize;
 use serde_json::Value;
 use std::io::Write;
@@ -184,7 +184,7 @@ pub fn sample() -> Event {
         run: "000000000000--notify-test".into(),
         task: None,
         detail: Some("a test notification from harness notify test".into()),
-        ts: crate::journal::now_rfc3339(),
+        ts: crate::state::journal::now_rfc3339(),
     }
 }
 
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn records_map_to_events_with_stable_ids() {
-        let rec = |line: &str| crate::journal::parse_line(line.as_bytes()).unwrap();
+        let rec = |line: &str| crate::state::journal::parse_line(line.as_bytes()).unwrap();
         let halted = rec(
             r#"{"v":"runstate/v1","ts":"2026-12-01T00:00:00.000Z","kind":"task","task":"A","state":"halted","rc":1,"detail":"gate failed"}"#,
         );

@@ -4,9 +4,9 @@
 //! A cache, never the truth: deleting it loses only liveness, and on any disagreement the journal
 //! wins. Writes are read-modify-write under a lock file and land atomically (temp + rename).
 
-use crate::home;
 use crate::ids::{RunId, TaskId};
-use crate::journal::{RunView, TaskState};
+use crate::os::home;
+use crate::state::journal::{RunView, TaskState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -130,7 +130,7 @@ pub fn update<T>(path: &Path, run_id: &RunId, f: impl FnOnce(&mut Liveness) -> T
     let lock_path = path.with_extension("lock");
     let lock =
         OpenOptions::new().create(true).write(true).truncate(false).mode(0o600).open(&lock_path).map_err(io_err)?;
-    let _held = crate::flock::Flock::exclusive(&lock).map_err(io_err)?;
+    let _held = crate::os::flock::Flock::exclusive(&lock).map_err(io_err)?;
     let mut l = match get(path) {
         Ok(Some(l)) => l,
         Ok(None) | Err(LivenessError::Garbled { .. }) => Liveness::new(run_id.clone()),

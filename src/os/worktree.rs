@@ -9,9 +9,9 @@
 //! integrated is never removed without `force` (`clean_run`). Git calls go through `git.rs`; this
 //! module blocks (callers on the async runtime use the blocking pool).
 
-use crate::git::{self, GitError, Hooks, IntegrateError, Integrated};
-use crate::home::Home;
 use crate::ids::{RunId, TaskId};
+use crate::os::git::{self, GitError, Hooks, IntegrateError, Integrated};
+use crate::os::home::Home;
 use std::path::{Path, PathBuf};
 
 /// One task's worktree: its directory and branch.
@@ -78,26 +78,26 @@ pub fn of(home: &Home, run: &RunId, task: &TaskId) -> TaskTree {
 }
 
 /// Opens and locks `<git common dir>/<name>`.
-fn common_lock(run_wt: &Path, name: &str) -> Result<crate::flock::Flock, GitError> {
+fn common_lock(run_wt: &Path, name: &str) -> Result<crate::os::flock::Flock, GitError> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = git::common_dir(run_wt)?.join(name);
     let fail = |e: std::io::Error| GitError::Failed { args: format!("lock {}", path.display()), detail: e.to_string() };
     let f =
         std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(fail)?;
-    crate::flock::Flock::exclusive(&f).map_err(fail)
+    crate::os::flock::Flock::exclusive(&f).map_err(fail)
 }
 
 /// Holds the repository's worktree-admin lock (`<git common dir>/harness-worktrees.lock`): `git
 /// worktree add`, `remove` and `prune` are not safe to run at once in one repository (an add reads
 /// another's half-made admin entry; a prune deletes it), whichever run or process asks.
-fn admin_lock(run_wt: &Path) -> Result<crate::flock::Flock, GitError> {
+fn admin_lock(run_wt: &Path) -> Result<crate::os::flock::Flock, GitError> {
     common_lock(run_wt, "harness-worktrees.lock")
 }
 
 /// The repository-wide integration lock (`<git common dir>/harness-integrate.lock`), held from
 /// reading the tip through the rebase to the fast-forward: two runs of one checkout (or of linked
 /// worktrees of one repository) never integrate at once.
-pub fn integration_lock(run_wt: &Path) -> Result<crate::flock::Flock, GitError> {
+pub fn integration_lock(run_wt: &Path) -> Result<crate::os::flock::Flock, GitError> {
     common_lock(run_wt, "harness-integrate.lock")
 }
 

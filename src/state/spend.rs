@@ -32,7 +32,7 @@ impl FileMark {
 
 fn head_hash(log: &Path, len: u64) -> u64 {
     use std::hash::{Hash, Hasher};
-    let buf = crate::tail::read_from(log, 0, Some(len));
+    let buf = crate::os::tail::read_from(log, 0, Some(len));
     let mut h = std::collections::hash_map::DefaultHasher::new();
     buf.hash(&mut h);
     h.finish()
@@ -84,7 +84,7 @@ pub fn carry_on(known: Option<(FileMark, Tally)>, adapter: Adapter, log: &Path) 
 
 fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
     if tally.offset < len {
-        let buf = crate::tail::read_from(log, tally.offset, Some(len));
+        let buf = crate::os::tail::read_from(log, tally.offset, Some(len));
         tally.feed(&buf);
     }
     tally
@@ -92,8 +92,8 @@ fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
 
 /// A task's log: the one its journal names (on `leased`), else the run's default path.
 pub fn task_log(
-    view: &crate::journal::RunView,
-    pointer: &crate::registry::Pointer,
+    view: &crate::state::journal::RunView,
+    pointer: &crate::state::registry::Pointer,
     task: &crate::ids::TaskId,
 ) -> PathBuf {
     view.tasks.get(task).and_then(|t| t.logfile.clone()).unwrap_or_else(|| pointer.default_logfile(task))
@@ -101,9 +101,9 @@ pub fn task_log(
 
 /// Each planned task's usage (read by `usage_of` from its log) and the run's, their sum.
 pub fn run_spend(
-    plan: &crate::plan::Plan,
-    view: &crate::journal::RunView,
-    pointer: &crate::registry::Pointer,
+    plan: &crate::state::plan::Plan,
+    view: &crate::state::journal::RunView,
+    pointer: &crate::state::registry::Pointer,
     mut usage_of: impl FnMut(Adapter, &Path) -> Usage,
 ) -> (Usage, Vec<(crate::ids::TaskId, Usage)>) {
     let mut kept: Option<HashMap<String, Usage>> = None;
@@ -123,7 +123,7 @@ pub fn run_spend(
 }
 
 /// The usage `harness prune --logs-only` kept of a run's tasks (`<slug>.usage.json`), by task.
-pub fn kept_usage(pointer: &crate::registry::Pointer) -> HashMap<String, Usage> {
+pub fn kept_usage(pointer: &crate::state::registry::Pointer) -> HashMap<String, Usage> {
     #[derive(serde::Deserialize)]
     struct Kept {
         tasks: HashMap<String, Usage>,

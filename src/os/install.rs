@@ -3,15 +3,15 @@
 //! manager when one answers (on macOS: the launchd agent plist). It starts nothing: it prints the one
 //! command that does.
 
-use crate::home::Home;
+use crate::os::home::Home;
 use std::path::{Path, PathBuf};
 
 /// The unit files, embedded so an installed binary can render them.
 pub const UNITS: [(&str, &str); 4] = [
-    ("harness-api.socket", include_str!("../units/harness-api.socket")),
-    ("harness-api.service", include_str!("../units/harness-api.service")),
-    ("harness-supervisor@.socket", include_str!("../units/harness-supervisor@.socket")),
-    ("harness-supervisor@.service", include_str!("../units/harness-supervisor@.service")),
+    ("harness-api.socket", include_str!("../../units/harness-api.socket")),
+    ("harness-api.service", include_str!("../../units/harness-api.service")),
+    ("harness-supervisor@.socket", include_str!("../../units/harness-supervisor@.socket")),
+    ("harness-supervisor@.service", include_str!("../../units/harness-supervisor@.service")),
 ];
 
 /// Fills in `@BIN@`, `@HOME@` and `@DOCS@`.
@@ -75,7 +75,7 @@ pub fn install(bin: &Path, home: &Home, unit_dir: Option<&Path>, print: bool) ->
     }
     #[cfg(target_os = "macos")]
     if unit_dir.is_none() {
-        return crate::launchd::install_agent(&bin, home);
+        return crate::os::launchd::install_agent(&bin, home);
     }
     let dir = match unit_dir {
         Some(d) => d.to_path_buf(),
@@ -84,7 +84,7 @@ pub fn install(bin: &Path, home: &Home, unit_dir: Option<&Path>, print: bool) ->
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (name, text) in &units {
         let p = dir.join(name);
-        crate::home::write_atomic(&p, text.as_bytes(), 0o644).map_err(|e| format!("{}: {e}", p.display()))?;
+        crate::os::home::write_atomic(&p, text.as_bytes(), 0o644).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     let reload = if unit_dir.is_none() && user_manager_answers() {
         let ok = std::process::Command::new("systemctl")

@@ -4,11 +4,11 @@
 //! cursor moves past it, and an entry whose id the journal already has is never handed out again.
 //! kill is refused: a DynWF run is observe + queue-steer only.
 
-use crate::flock::Flock;
 use crate::ids::TaskId;
-use crate::journal::{self, ControlRecord, Journal, Outcome, Record, RunEvent, Verb};
-use crate::plan::Plan;
-use crate::registry::{Plane, Pointer};
+use crate::os::flock::Flock;
+use crate::state::journal::{self, ControlRecord, Journal, Outcome, Record, RunEvent, Verb};
+use crate::state::plan::Plan;
+use crate::state::registry::{Plane, Pointer};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -47,7 +47,7 @@ pub enum InboxError {
     #[error(transparent)]
     Journal(#[from] journal::JournalError),
     #[error(transparent)]
-    Plan(#[from] crate::plan::PlanError),
+    Plan(#[from] crate::state::plan::PlanError),
     /// Refused, and the refusal could not be journaled.
     #[error("{refusal}; and this refusal could not be journaled: {source}")]
     Unrecorded { refusal: String, source: journal::JournalError },
@@ -75,7 +75,7 @@ pub fn append(
     let by = journal::clip_by(by);
     let journal = Journal::open(&p.journal_path())?;
     let refuse = |e: InboxError| -> InboxError {
-        let rec = crate::audit::record(verb, task.clone(), msg.as_deref(), &by, &e.to_string());
+        let rec = crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &e.to_string());
         match journal.append(&rec.into()) {
             Ok(_) => e,
             Err(je) => InboxError::Unrecorded { refusal: e.to_string(), source: je },
@@ -121,7 +121,7 @@ pub fn append(
         // Queued on the record but not in the inbox: the record says it never will be taken.
         let rec = ControlRecord {
             id: Some(entry.id.clone()),
-            ..crate::audit::record(verb, task.clone(), msg.as_deref(), &by, &format!("not queued: {e}"))
+            ..crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &format!("not queued: {e}"))
         };
         return Err(match journal.append(&rec.into()) {
             Ok(_) => e,
@@ -223,7 +223,7 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
         }
         taken.push(entry);
     }
-    crate::home::write_atomic(&cursor_path, complete.to_string().as_bytes(), 0o600)
+    crate::os::home::write_atomic(&cursor_path, complete.to_string().as_bytes(), 0o600)
         .map_err(io("cannot move the inbox cursor", &cursor_path))?;
     Ok(taken)
 }
