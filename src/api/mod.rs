@@ -191,7 +191,7 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
             "branch" => q.branch = Some(text(&v)?),
             "plane" => {
                 q.plane = Some(
-                    <crate::state::registry::Plane as clap::ValueEnum>::from_str(&v, false)
+                    serde_json::from_value::<crate::state::registry::Plane>(serde_json::Value::String(v.clone()))
                         .map_err(|_| bad(k, format!("must be standalone or dynwf, got {v:?}")))?,
                 )
             }

@@ -502,12 +502,56 @@ enum NotifyCmd {
     Test,
 }
 
+/// `--plane`: the CLI's names for a run's control plane (the state type knows no CLI library).
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PlaneArg {
+    Standalone,
+    Dynwf,
+}
+
+impl From<PlaneArg> for Plane {
+    fn from(p: PlaneArg) -> Plane {
+        match p {
+            PlaneArg::Standalone => Plane::Standalone,
+            PlaneArg::Dynwf => Plane::Dynwf,
+        }
+    }
+}
+
+/// The verbs `harness inbox append` names (`other` is only ever a refusal's record).
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum VerbArg {
+    Steer,
+    Kill,
+    Pause,
+    Resume,
+    Stop,
+    Interrupt,
+    End,
+    Budget,
+}
+
+impl From<VerbArg> for Verb {
+    fn from(v: VerbArg) -> Verb {
+        match v {
+            VerbArg::Steer => Verb::Steer,
+            VerbArg::Kill => Verb::Kill,
+            VerbArg::Pause => Verb::Pause,
+            VerbArg::Resume => Verb::Resume,
+            VerbArg::Stop => Verb::Stop,
+            VerbArg::Interrupt => Verb::Interrupt,
+            VerbArg::End => Verb::End,
+            VerbArg::Budget => Verb::Budget,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum InboxCmd {
     /// Queue a verb for a DynWF run (steer, pause, resume; kill is refused). Prints the entry.
     Append {
         run: String,
-        verb: Verb,
+        verb: VerbArg,
         #[arg(long)]
         task: Option<String>,
         #[arg(long)]
@@ -531,8 +575,8 @@ enum RegistryCmd {
         worktree: Option<PathBuf>,
         #[arg(long)]
         slug: String,
-        #[arg(long, value_enum, default_value_t = Plane::Standalone)]
-        plane: Plane,
+        #[arg(long, value_enum, default_value_t = PlaneArg::Standalone)]
+        plane: PlaneArg,
         #[arg(long)]
         runstate_dir: Option<PathBuf>,
         #[arg(long)]
@@ -592,9 +636,14 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Api { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
             start::api(start::ApiFlags { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace })
         }
-        Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => {
-            local::registry_add(&repo, worktree.as_deref(), &slug, plane, runstate_dir.as_deref(), project.as_deref())
-        }
+        Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => local::registry_add(
+            &repo,
+            worktree.as_deref(),
+            &slug,
+            plane.into(),
+            runstate_dir.as_deref(),
+            project.as_deref(),
+        ),
         Cmd::Registry(RegistryCmd::List) => local::registry_list(),
         Cmd::Journal(JournalCmd::Append { run, record }) => local::journal_append(&run, &record),
         Cmd::Journal(JournalCmd::Show { run }) => local::journal_show(&run),
@@ -637,7 +686,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         }
         Cmd::Token { url } => local::token(url),
         Cmd::Inbox(InboxCmd::Append { run, verb, task, msg, interrupt, by }) => {
-            local::inbox_append(&run, verb, task.as_deref(), msg, interrupt, &by)
+            local::inbox_append(&run, verb.into(), task.as_deref(), msg, interrupt, &by)
         }
         Cmd::Inbox(InboxCmd::Take { run }) => local::inbox_take(&run),
         Cmd::Notify(NotifyCmd::Test) => local::notify_test(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub const VERSION: &str = "registry/v1";
 
 /// Which control plane executes the run. Both journal identically; only `standalone` has a socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Plane {
     Standalone,

@@ -126,6 +126,15 @@ fn git_only_in_git_rs(path: &str, src: &str) -> Vec<String> {
     if c.contains("Command::new(\"git\")") { vec![format!("{path}: spawns git (only git.rs may)")] } else { vec![] }
 }
 
+/// Rule: the CLI library stays in the CLI: no `clap` outside `cli/` and `main.rs` (the CLI maps
+/// its arguments onto the state types).
+fn clap_only_in_cli(path: &str, src: &str) -> Vec<String> {
+    if top_module(path) == "cli" || path == "main.rs" {
+        return vec![];
+    }
+    if code(src).contains("clap::") { vec![format!("{path}: uses clap (only cli/ may)")] } else { vec![] }
+}
+
 /// Rule: the folders are layers. `os/` (the OS and git) knows no run state and no front end;
 /// `state/` (what is on disk about runs) knows no front end.
 fn layers(path: &str, src: &str) -> Vec<String> {
@@ -166,6 +175,7 @@ const RULES: &[(&str, Rule)] = &[
     ("api_writes_no_journal", api_writes_no_journal),
     ("engine_knowledge_in_engine", engine_knowledge_in_engine),
     ("layers", layers),
+    ("clap_only_in_cli", clap_only_in_cli),
 ];
 
 /// Rule: what an engine can do is asked of `Adapter` (`src/engine/`), never read off its variant
@@ -352,6 +362,8 @@ fn each_rule_catches_what_it_is_for() {
     assert!(hits(no_cli_import, "api/mod.rs", "//! a\nuse crate::{cli, home};\n"));
     assert!(!hits(no_cli_import, "cli/remote.rs", "//! r\nuse crate::cli::CliError;\n"));
     assert!(!hits(no_cli_import, "api/mod.rs", "//! a\n// see crate::cli for the flags\n"));
+    assert!(hits(clap_only_in_cli, "state/registry.rs", "#[derive(Serialize, clap::ValueEnum)]"));
+    assert!(!hits(clap_only_in_cli, "cli/mod.rs", "#[derive(clap::ValueEnum)]"));
     assert!(hits(layers, "os/worktree.rs", "use crate::state::journal::Journal;"));
     assert!(hits(layers, "state/plan.rs", "let x = crate::supervisor::Options::default();"));
     assert!(!hits(layers, "state/prune.rs", "use crate::os::worktree;"));
@@ -367,6 +379,8 @@ fn each_rule_catches_what_it_is_for() {
     assert!(hits(engine_knowledge_in_engine, "api/x.rs", "match a { Adapter::Codex => 1, _ => 2 }"));
     assert!(!hits(engine_knowledge_in_engine, "engine/mod.rs", "match self { Adapter::Codex => 1 }"));
     assert!(!hits(engine_knowledge_in_engine, "plan.rs", "if t.adapter.has_live_channel() {"));
+    assert!(hits(clap_only_in_cli, "state/registry.rs", "#[derive(Serialize, clap::ValueEnum)]"));
+    assert!(!hits(clap_only_in_cli, "cli/mod.rs", "#[derive(clap::ValueEnum)]"));
     assert!(hits(layers, "os/worktree.rs", "use crate::state::journal::Journal;"));
     assert!(hits(layers, "state/plan.rs", "let x = crate::supervisor::Options::default();"));
     assert!(!hits(layers, "state/prune.rs", "use crate::os::worktree;"));

@@ -89,7 +89,7 @@ pub enum RunEvent {
 }
 
 /// The control verbs. Each one leaves a `control` record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verb {
     Steer,
@@ -106,7 +106,6 @@ pub enum Verb {
     /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
     /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
     /// its request was read); its `detail` says what it was. Never a verb anyone can send.
-    #[value(skip)]
     Other,
 }
 
