@@ -394,10 +394,34 @@ pub fn conflict_marked(worktree: &Path, paths: &[String]) -> Vec<String> {
         .iter()
         .filter(|p| {
             let Ok(text) = std::fs::read(worktree.join(p)) else { return false };
-            text.split(|&b| b == b'\n').any(|l| l.starts_with(b"<<<<<<< ") || l.starts_with(b">>>>>>> "))
+            text.split(|&b| b == b'\n').any(|l| is_marker(l, b'<') || is_marker(l, b'>'))
         })
         .cloned()
         .collect()
+}
+
+/// Every path the worktree's state differs in from `base`: committed since, staged, changed in
+/// the files, and untracked (not ignored).
+pub fn changed_since(worktree: &Path, base: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for args in [
+        &["diff", "--name-only", "--no-renames", "-z", base][..],
+        &["ls-files", "-z", "--others", "--exclude-standard"],
+    ] {
+        if let Ok(o) = git(worktree, args) {
+            out.extend(o.split('\0').filter(|p| !p.is_empty()).map(str::to_string));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A conflict marker line of any size (`conflict-marker-size` in `.gitattributes`; 7 by default):
+/// seven or more `c`, then a space or the line's end.
+fn is_marker(line: &[u8], c: u8) -> bool {
+    let n = line.iter().take_while(|&&b| b == c).count();
+    n >= 7 && matches!(line.get(n), None | Some(b' ') | Some(b'\r'))
 }
 
 /// Arguments that give git an identity when the repository has none (commits and rebases need one).
@@ -627,6 +651,37 @@ pub fn snapshot(worktree: &Path, parent: &str, message: &str) -> Result<String, 
 /// committed; the index is otherwise left at HEAD. Returns the conflicting paths, each with how it
 /// conflicts and the tip's commit that last changed it.
 pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<String>, GitError> {
+    // The worktree is fresh at the tip: a tracked file changed now was changed by `setup` (an
+    // `npm install` rewriting the lockfile), which is not the task's work and would stop the
+    // cherry-pick; it goes back to the tip's version. Untracked and ignored files stay.
+    let touched = git(worktree, &["diff", "--name-only", "-z", "HEAD"])?;
+    let touched: Vec<&str> = touched.split('\0').filter(|p| !p.is_empty()).collect();
+    if !touched.is_empty() {
+        let mut args = vec!["checkout", "-q", "HEAD", "--"];
+        args.extend(&touched);
+        git(worktree, &args)?;
+    }
+    let added = git(worktree, &["diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", old_base, attempt])?;
+    let added: Vec<String> = added.split('\0').filter(|p| !p.is_empty()).map(str::to_string).collect();
+    let conflicts = carry_apply(worktree, attempt, old_base)?;
+    // The attempt's new files stay tracked (intent to add), so that one the tip now ignores (or
+    // one the agent added with `git add -f`) is still the task's.
+    let unmerged = unmerged_paths(worktree);
+    let present: Vec<&str> = added
+        .iter()
+        .map(String::as_str)
+        .filter(|p| worktree.join(p).exists() && !unmerged.iter().any(|u| u == p))
+        .collect();
+    if !present.is_empty() {
+        let mut args = vec!["add", "-f", "-N", "--"];
+        args.extend(&present);
+        git(worktree, &args)?;
+    }
+    Ok(conflicts)
+}
+
+/// `carry`'s cherry-pick and what it leaves, markers and unmerged paths.
+fn carry_apply(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<String>, GitError> {
     if git_as(worktree, Hooks::Off, &["cherry-pick", "--no-commit", attempt]).is_ok() {
         git(worktree, &["reset", "-q"])?;
         return Ok(Vec::new());
@@ -915,6 +970,15 @@ mod tests {
         let mut args = identity(dir);
         args.extend(["commit", "-q", "-m", msg]);
         git(dir, &args).unwrap();
+    }
+
+    #[test]
+    fn conflict_markers_of_any_size_are_found_and_prose_is_not() {
+        assert!(is_marker(b"<<<<<<< HEAD", b'<'));
+        assert!(is_marker(&[b'<'; 32], b'<'));
+        assert!(is_marker(b">>>>>>>>>>>>>>>> 9ebd131 (x)", b'>'));
+        assert!(!is_marker(b"<<<< not a marker", b'<'));
+        assert!(!is_marker(b"<<<<<<<<tag>", b'<'));
     }
 
     fn sq<'a>(base: &'a str, listed: &'a [String]) -> Squash<'a> {

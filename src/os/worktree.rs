@@ -173,7 +173,17 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
     let base_name = base_ref(r.run, r.task);
     let known_base = git::ref_sha(run_wt, &base_name);
     let latest = attempts(run_wt, r.run, r.task).pop().filter(|(_, sha)| belongs(run_wt, sha, r));
+    // The attempt a new worktree is made to carry, named before the old worktree goes: a worktree
+    // whose carry never finished is known by it (one made by an earlier release has none).
+    let pending_name = format!("{}carry", task_refs(r.run, r.task));
     let mut carry_from: Option<(String, String)> = None;
+    if t.path.join(".git").exists() {
+        // Locks a git killed with its supervisor left would make a worktree holding work look
+        // broken, and a broken one is made afresh.
+        for l in git::clear_stale_locks(&t.path, &t.branch, crate::timeouts::STALE_LOCK_WAIT) {
+            tracing::warn!(task = %r.task, lock = %l.display(), "removed a stale git lock left in the task's worktree");
+        }
+    }
     if git::worktree_healthy(&t.path) {
         let base = match &known_base {
             Some(b) if git::commit_exists(&t.path, b) => b.clone(),
@@ -184,7 +194,8 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
         let own_commit = git::find_own_commit(&t.path, &owner)
             .filter(|sha| git::find_own_commit(run_wt, &git::Owner { since: None, ..owner }).as_deref() != Some(sha));
         if own_commit.is_none() {
-            if let Some((_, sha)) = latest.filter(|(_, sha)| carried(t).is_none_or(|(c, _)| &c != sha)) {
+            let pending = git::ref_sha(run_wt, &pending_name).filter(|p| latest.as_ref().is_some_and(|(_, l)| l == p));
+            if let Some(sha) = pending.filter(|sha| carried(t).is_none_or(|(c, _)| &c != sha)) {
                 // Made for a redo whose carry never finished (its supervisor died): no turn ran in
                 // it, so it goes back to where it was made and the carry starts over. Whatever it
                 // holds is kept first (`set-aside`), should that ever be more than a half carry.
@@ -226,6 +237,10 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
         // No worktree, but a kept attempt of this run instance: the redo starts with it.
         let parent = git::run(run_wt, &["rev-parse", &format!("{sha}^")])?.trim().to_string();
         carry_from = Some((sha, parent));
+    }
+    match &carry_from {
+        Some((sha, _)) => git::set_ref(run_wt, &pending_name, sha)?,
+        None => git::delete_ref(run_wt, &pending_name)?,
     }
     git::worktree_remove(run_wt, &t.path, &t.branch)?;
     if let Some(dir) = t.path.parent() {
@@ -553,6 +568,33 @@ mod tests {
         assert_eq!(std::fs::read_to_string(t.path.join("own.txt")).unwrap(), "own\n", "the carried change stays");
         assert_eq!(apply_carry(&t, &carry).unwrap(), carry.conflicts, "a finished carry is not applied twice");
         assert!(std::fs::read_to_string(t.path.join("shared.txt")).unwrap().contains("<<<<<<< "));
+    }
+
+    /// A redo worktree an earlier release made (no carry pending, no record of its carry) is reused
+    /// with the turn's work in it, never reset.
+    #[test]
+    fn a_redo_worktree_without_a_pending_carry_is_reused_as_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        g(&repo, &["init", "-q", "-b", "main"]);
+        write_commit(&repo, &[("README", "r\n")], "first");
+        let (run, task) = (RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap());
+        let r = Ready { run: &run, task: &task, nonce: Some("n1"), hooks: Hooks::Off };
+        let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
+        prepare(&repo, &t, &r).unwrap();
+        let owner = git::Owner { run: "0123456789ab--r", task: "T", nonce: Some("n1"), since: None };
+        write_commit(&t.path, &[("own.txt", "own\n")], &format!("T: work\n\n{}", git::trailers(&owner, 1)));
+        write_commit(&repo, &[("other.txt", "o\n")], "other task");
+        let redo = prepare(&repo, &t, &r).unwrap();
+        apply_carry(&t, redo.carry.as_ref().unwrap()).unwrap();
+        // As an earlier release left it: no record of the carry, no pending ref.
+        std::fs::remove_file(state_file(&t, CARRIED_FILE).unwrap()).unwrap();
+        git::delete_ref(&repo, "refs/harness/0123456789ab--r/T/carry").unwrap();
+        std::fs::write(t.path.join("turn.txt"), "the redo turn's work\n").unwrap();
+        let again = prepare(&repo, &t, &r).unwrap();
+        assert_eq!(again.carry, None);
+        assert!(t.path.join("turn.txt").exists() && t.path.join("own.txt").exists(), "nothing reset");
     }
 
     /// `setup` is owed until it succeeded once in the worktree, whatever restarts come between.

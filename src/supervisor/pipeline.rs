@@ -440,9 +440,32 @@ async fn ready(ctx: &Ctx, task: &Task, lease: Lease, prompt: &str) -> Step<Strin
             };
             carried_prompt(&c.sha, &conflicts, prompt)
         }
+        // A turn continuing a redo (a steer after a halt, a restart) is told again what is left.
+        (None, Some(tree)) => match worktree::carried(&tree) {
+            Some((sha, conflicts)) => {
+                let open = blocking(|| unresolved(&tree.path, &conflicts));
+                if open.is_empty() { prompt.to_string() } else { carried_prompt(&sha, &open, prompt) }
+            }
+            None => prompt.to_string(),
+        },
         _ => prompt.to_string(),
     };
     Ok(prompt)
+}
+
+/// The carried conflicts still open in the worktree: a marker left, or unmerged.
+fn unresolved(wt: &Path, conflicts: &[String]) -> Vec<String> {
+    let paths: Vec<String> = conflicts.iter().map(|c| conflict_path(c).to_string()).collect();
+    let marked = crate::os::git::conflict_marked(wt, &paths);
+    let unmerged = crate::os::git::unmerged_paths(wt);
+    conflicts
+        .iter()
+        .filter(|c| {
+            let p = conflict_path(c);
+            marked.iter().any(|m| m == p) || unmerged.iter().any(|u| u == p)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The wrapper's permission settings for the task: its allowed tools, the permission mode of a task
@@ -843,7 +866,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         Ok(b) => b,
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: cannot tell the task's base: {e}"), session)),
     };
-    let conflicts = view.tasks.get(id).and_then(|t| t.carried.clone()).map(|c| c.conflicts).unwrap_or_default();
+    let carried = view.tasks.get(id).and_then(|t| t.carried.clone());
     let tree = ctx.tree(id);
     let made = blocking(|| -> Result<(crate::os::git::Squashed, bool), String> {
         let _lock = match shared {
@@ -863,7 +886,12 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         if shared {
             worktree::check_branch(&wt, ctx.branch.as_deref()).map_err(|e| e.to_string())?;
         }
-        let marked = crate::os::git::conflict_marked(&wt, &conflicts);
+        // A redo's every changed path is looked at, not only those that conflicted: an agent may
+        // have moved a marked file.
+        let marked = match &carried {
+            Some(_) => crate::os::git::conflict_marked(&wt, &crate::os::git::changed_since(&wt, &base)),
+            None => Vec::new(),
+        };
         if !marked.is_empty() {
             return Err(crate::os::git::SquashError::Unresolved(marked).to_string());
         }
@@ -886,6 +914,16 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
     let (sha, kept) = match made {
+        crate::os::git::Squashed::NoChanges if carried.is_some() => {
+            // Nothing of the earlier attempt is left: that is a choice to make, not "no changes".
+            let sha = carried.map(|c| c.sha).unwrap_or_default();
+            let detail = format!(
+                "commit failed: the redo ends where it started, without its earlier attempt {} (kept under {}{id}/): nothing was committed or deleted; steer again, or `harness clean --force` to drop the attempt",
+                crate::os::git::short(&sha),
+                worktree::refs_prefix(&ctx.run_id)
+            );
+            return Err(ctx.halt(id, 1, detail, session));
+        }
         crate::os::git::Squashed::NoChanges => {
             let done =
                 commit_nothing(ctx, id, "no changes: the task's end state equals its base; nothing was committed")?;
@@ -909,7 +947,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         r.detail = Some("the commit already existed (made before a supervisor restart): adopted".into());
     } else if kept {
         r.detail = Some(
-            "the turn committed all of its change itself: its commits stay as they are (isolation: shared never rewrites the checkout's history)"
+            "commits were made in the checkout during the turn (by the agent, or by you) and nothing was left uncommitted: they stay as they are, and sha is the branch's head after them (isolation: shared never rewrites the checkout's history)"
                 .into(),
         );
     }

@@ -227,6 +227,57 @@ fn a_binary_conflict_has_no_markers_so_its_redo_commits_only_once_the_agent_reso
 }
 
 #[test]
+fn a_redo_survives_a_setup_that_edits_a_tracked_file_a_new_ignore_rule_a_stale_lock_and_a_moved_marked_file() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"tough","max_parallel":2,"setup":"[ ! -e shared.txt ] || echo setup >> shared.txt","tasks":[
+        {"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:shared.txt] [fake-write:a-own.txt] [fake-write:a.gen]"},
+        {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:shared.txt] [fake-write:b-own.txt] [fake-write:b.gen]"}]}"#;
+    let _sup = b.start_supervised(plan, "success", &["--linger", "2m"]);
+    let settled = wait_for(T, || {
+        let v = b.view();
+        let s = |t: &str| v["tasks"][t]["state"].as_str().unwrap_or("").to_string();
+        (s("a") == "committed" && s("b") == "halted" || s("b") == "committed" && s("a") == "halted").then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no commit + conflict: {:#}\n{}", b.view()["tasks"], b.supervisor_log()));
+    let loser = if settled["tasks"]["a"]["state"] == "committed" { "b" } else { "a" };
+    // The user commits an ignore rule that now covers the loser's new file.
+    std::fs::write(b.repo().join(".gitignore"), "*.gen\n").unwrap();
+    git(&b.repo(), &["add", ".gitignore"]);
+    git(
+        &b.repo(),
+        &["-c", "user.name=u", "-c", "user.email=u@localhost", "commit", "-q", "-m", "ignore generated files"],
+    );
+    let steer = |msg: &str, attempts: u64| {
+        let r = control(&b.sock(), &serde_json::json!({"verb":"steer","task":loser,"msg":msg}));
+        assert_eq!(r["ok"], true, "{r}");
+        wait_for(T, || {
+            let v = b.view();
+            let t = &v["tasks"][loser];
+            (t["attempts"] == attempts && (t["state"] == "halted" || t["state"] == "committed"))
+                .then(|| (t["state"].as_str().unwrap().to_string(), t["detail"].as_str().unwrap_or("").to_string()))
+        })
+        .unwrap_or_else(|| panic!("{:#}\n{}", b.view()["tasks"], b.supervisor_log()))
+    };
+    // The setup edited shared.txt (tracked at the tip): the attempt is still carried in.
+    let (state, detail) = steer("again [fake-write:extra.txt]", 2);
+    assert_eq!((state.as_str(), detail.contains("unresolved conflicts in shared.txt")), ("halted", true), "{detail}");
+    // A git killed in the worktree left its index lock: the worktree (with extra.txt) is kept.
+    let wt = b.home().join("worktrees").join(b.run_id()).join(loser);
+    let gitdir = git(&wt, &["rev-parse", "--absolute-git-dir"]);
+    std::fs::write(Path::new(&gitdir).join("index.lock"), "").unwrap();
+    // A marked file moved elsewhere is still found.
+    let (state, detail) = steer("move it [fake-mv:shared.txt:moved.txt]", 3);
+    assert_eq!((state.as_str(), detail.contains("unresolved conflicts in moved.txt")), ("halted", true), "{detail}");
+    let (state, detail) = steer("back [fake-mv:moved.txt:shared.txt] [fake-resolve:shared.txt]", 4);
+    assert_eq!(state, "committed", "{detail}");
+    let files = files_of(&b.repo(), &b.commit_of(loser));
+    for f in [format!("{loser}-own.txt"), format!("{loser}.gen"), "extra.txt".into(), "shared.txt".into()] {
+        assert!(files.contains(&f), "{f} is missing from the loser's commit: {files:?}");
+    }
+    assert!(!std::fs::read_to_string(b.repo().join("shared.txt")).unwrap().contains("<<<<<<<"));
+}
+
+#[test]
 fn with_shared_isolation_the_turns_own_commits_are_kept_as_made_and_the_rest_commits_on_top() {
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"sh","isolation":"shared","max_parallel":1,"tasks":[
