@@ -39,3 +39,13 @@ pub const STALE_LOCK_WAIT: Duration = Duration::from_secs(2);
 pub const KILL_REAP: Duration = Duration::from_secs(2);
 /// Reading what a finished child wrote to stdout (a descendant may hold the pipe open).
 pub const CHILD_STDOUT: Duration = Duration::from_secs(2);
+
+/// The supervisor's defaults (`supervisor::Options::default()` and the CLI's flags both read these).
+/// TERM → KILL grace when killing a task's process group.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long a supervisor with nothing to do stays up before ending the run failed.
+pub const LINGER: Duration = Duration::from_secs(30 * 60);
+/// Bound of one agent turn.
+pub const TURN: Duration = Duration::from_secs(3600);
+/// Bound of one gate command.
+pub const GATE: Duration = Duration::from_secs(1800);

@@ -182,7 +182,7 @@ pub async fn verb(
     let kill_grace =
         super::blocking(move || crate::state::liveness::get(&live_path).ok().flatten().and_then(|l| l.kill_grace_ms))
             .await?
-            .map_or(crate::supervisor::Options::default().kill_grace, std::time::Duration::from_millis);
+            .map_or(timeouts::KILL_GRACE, std::time::Duration::from_millis);
     let uid = peer.map_or_else(|| "unknown".to_string(), |u| u.to_string());
     log_verb(&run, task.as_ref(), verb, &uid, &by);
     if pointer.plane == Plane::Dynwf {

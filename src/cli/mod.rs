@@ -18,6 +18,7 @@ use crate::engine::Adapter;
 use crate::os::home::Home;
 use crate::state::journal::Verb;
 use crate::state::registry::Plane;
+use crate::timeouts;
 use clap::{Parser, Subcommand};
 pub use error::CliError;
 use error::usage;
@@ -430,26 +431,26 @@ impl ApiArgs {
 #[derive(clap::Args, Clone)]
 struct Tuning {
     /// Stay up this long with nothing to do (halted tasks, paused) before ending the run failed.
-    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
-    linger: std::time::Duration,
+    #[arg(long, default_value_t = timeouts::LINGER.into())]
+    linger: humantime::Duration,
     /// TERM → KILL grace when killing a task's process group.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    kill_grace: std::time::Duration,
+    #[arg(long, default_value_t = timeouts::KILL_GRACE.into())]
+    kill_grace: humantime::Duration,
     /// Bound of one agent turn.
-    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-    turn_timeout: std::time::Duration,
+    #[arg(long, default_value_t = timeouts::TURN.into())]
+    turn_timeout: humantime::Duration,
     /// Bound of one gate command.
-    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
-    gate_timeout: std::time::Duration,
+    #[arg(long, default_value_t = timeouts::GATE.into())]
+    gate_timeout: humantime::Duration,
 }
 
 impl Tuning {
     fn options(&self) -> crate::supervisor::Options {
         crate::supervisor::Options {
-            kill_grace: self.kill_grace,
-            linger: self.linger,
+            kill_grace: *self.kill_grace,
+            linger: *self.linger,
             turn_timeout_s: self.turn_timeout.as_secs().max(1),
-            gate_timeout: self.gate_timeout,
+            gate_timeout: *self.gate_timeout,
             batch: false,
             listener: None,
         }
@@ -458,13 +459,13 @@ impl Tuning {
         let f = |d: std::time::Duration| humantime::format_duration(d).to_string().replace(' ', "");
         vec![
             "--linger".into(),
-            f(self.linger),
+            f(*self.linger),
             "--kill-grace".into(),
-            f(self.kill_grace),
+            f(*self.kill_grace),
             "--turn-timeout".into(),
-            f(self.turn_timeout),
+            f(*self.turn_timeout),
             "--gate-timeout".into(),
-            f(self.gate_timeout),
+            f(*self.gate_timeout),
         ]
     }
 }

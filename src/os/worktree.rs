@@ -240,7 +240,10 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
     }
     match &carry_from {
         Some((sha, _)) => git::set_ref(run_wt, &pending_name, sha)?,
-        None => git::delete_ref(run_wt, &pending_name)?,
+        // Only when there is one: deleting a ref takes `packed-refs.lock`, which other tasks'
+        // ref updates take too.
+        None if git::ref_sha(run_wt, &pending_name).is_some() => git::delete_ref(run_wt, &pending_name)?,
+        None => {}
     }
     git::worktree_remove(run_wt, &t.path, &t.branch)?;
     if let Some(dir) = t.path.parent() {
@@ -523,17 +526,22 @@ mod tests {
         g(dir, &["commit", "-q", "-m", msg]);
     }
 
-    /// A supervisor that dies while a redo's carry is half applied: the next `prepare` sets the half
-    /// aside, puts the worktree back at its base and carries again; once the carry finished, the
-    /// worktree (with the carried change and its markers) is reused as it is.
-    #[test]
-    fn a_carry_cut_short_starts_over_and_a_finished_one_is_kept() {
+    /// A scratch repository with one commit, and the run and task the tests use.
+    fn scratch() -> (tempfile::TempDir, PathBuf, RunId, TaskId) {
         let d = tempfile::tempdir().unwrap();
         let repo = d.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         g(&repo, &["init", "-q", "-b", "main"]);
         write_commit(&repo, &[("README", "r\n")], "first");
-        let (run, task) = (RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap());
+        (d, repo, RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap())
+    }
+
+    /// A supervisor that dies while a redo's carry is half applied: the next `prepare` sets the half
+    /// aside, puts the worktree back at its base and carries again; once the carry finished, the
+    /// worktree (with the carried change and its markers) is reused as it is.
+    #[test]
+    fn a_carry_cut_short_starts_over_and_a_finished_one_is_kept() {
+        let (d, repo, run, task) = scratch();
         let r = Ready { run: &run, task: &task, nonce: Some("n1"), hooks: Hooks::Off };
         let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
         let first = prepare(&repo, &t, &r).unwrap();
@@ -574,12 +582,7 @@ mod tests {
     /// with the turn's work in it, never reset.
     #[test]
     fn a_redo_worktree_without_a_pending_carry_is_reused_as_it_is() {
-        let d = tempfile::tempdir().unwrap();
-        let repo = d.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        g(&repo, &["init", "-q", "-b", "main"]);
-        write_commit(&repo, &[("README", "r\n")], "first");
-        let (run, task) = (RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap());
+        let (d, repo, run, task) = scratch();
         let r = Ready { run: &run, task: &task, nonce: Some("n1"), hooks: Hooks::Off };
         let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
         prepare(&repo, &t, &r).unwrap();
@@ -600,12 +603,7 @@ mod tests {
     /// `setup` is owed until it succeeded once in the worktree, whatever restarts come between.
     #[test]
     fn setup_is_owed_until_it_succeeded_in_the_worktree() {
-        let d = tempfile::tempdir().unwrap();
-        let repo = d.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        g(&repo, &["init", "-q", "-b", "main"]);
-        write_commit(&repo, &[("README", "r\n")], "first");
-        let (run, task) = (RunId::parse("0123456789ab--r").unwrap(), TaskId::parse("T").unwrap());
+        let (d, repo, run, task) = scratch();
         let r = Ready { run: &run, task: &task, nonce: None, hooks: Hooks::Off };
         let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
         prepare(&repo, &t, &r).unwrap();

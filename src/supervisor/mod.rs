@@ -59,10 +59,10 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            kill_grace: Duration::from_secs(5),
-            linger: Duration::from_secs(30 * 60),
-            turn_timeout_s: 3600,
-            gate_timeout: Duration::from_secs(1800),
+            kill_grace: crate::timeouts::KILL_GRACE,
+            linger: crate::timeouts::LINGER,
+            turn_timeout_s: crate::timeouts::TURN.as_secs(),
+            gate_timeout: crate::timeouts::GATE,
             batch: false,
             listener: None,
         }

@@ -862,17 +862,12 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         return worktree_gone(ctx, id, &wt, files, session);
     }
     let view = blocking(|| ctx.journal.view()).map_err(|e| End::JournalFailed(e.to_string()))?;
-    let base = match blocking(|| base_of(ctx, &view, id, &wt)) {
-        Ok(b) => b,
-        Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: cannot tell the task's base: {e}"), session)),
-    };
+    let base = blocking(|| base_of(ctx, &view, id, &wt))
+        .map_err(|e| ctx.halt(id, 1, format!("commit failed: cannot tell the task's base: {e}"), session.clone()))?;
     let carried = view.tasks.get(id).and_then(|t| t.carried.clone());
     let tree = ctx.tree(id);
     let made = blocking(|| -> Result<(crate::os::git::Squashed, bool), String> {
-        let _lock = match shared {
-            true => Some(worktree::integration_lock(&wt).map_err(|e| e.to_string())?),
-            false => None,
-        };
+        let _lock = shared.then(|| worktree::integration_lock(&wt)).transpose().map_err(|e| e.to_string())?;
         quiet_worktree(id, &wt, tree.as_ref());
         let owner = crate::os::git::Owner {
             run: ctx.run_id.as_str(),
@@ -914,15 +909,8 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
     let (sha, kept) = match made {
-        crate::os::git::Squashed::NoChanges if carried.is_some() => {
-            // Nothing of the earlier attempt is left: that is a choice to make, not "no changes".
-            let sha = carried.map(|c| c.sha).unwrap_or_default();
-            let detail = format!(
-                "commit failed: the redo ends where it started, without its earlier attempt {} (kept under {}{id}/): nothing was committed or deleted; steer again, or `harness clean --force` to drop the attempt",
-                crate::os::git::short(&sha),
-                worktree::refs_prefix(&ctx.run_id)
-            );
-            return Err(ctx.halt(id, 1, detail, session));
+        crate::os::git::Squashed::NoChanges if let Some(c) = carried => {
+            return Err(redo_lost_its_attempt(ctx, id, &c.sha, session));
         }
         crate::os::git::Squashed::NoChanges => {
             let done =
@@ -953,6 +941,17 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     }
     ctx.append(r)?;
     Ok(Committed::Done)
+}
+
+/// Halts a redo whose end state is its base: nothing of its earlier attempt is left, which is a
+/// choice for a person (the attempt is kept), not "no changes".
+fn redo_lost_its_attempt(ctx: &Ctx, id: &TaskId, sha: &str, session: Option<String>) -> End {
+    let detail = format!(
+        "commit failed: the redo ends where it started, without its earlier attempt {} (kept under {}{id}/): nothing was committed or deleted; steer again, or `harness clean --force` to drop the attempt",
+        crate::os::git::short(sha),
+        worktree::refs_prefix(&ctx.run_id)
+    );
+    ctx.halt(id, 1, detail, session)
 }
 
 /// Waits out (or, in a task's own worktree, clears) what a git killed with an earlier supervisor

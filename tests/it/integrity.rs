@@ -107,6 +107,18 @@ fn a_turn_that_changes_nothing_and_a_verdict_seat_commit_nothing_and_say_so() {
     assert_eq!(code, 0, "reconcile accepts a committed task without a sha: {out}{err}");
 }
 
+/// Waits until one of tasks `a` and `b` committed and the other halted on their conflict; returns
+/// (winner, loser).
+fn settle_conflict(b: &Bench) -> (&'static str, &'static str) {
+    let settled = wait_for(T, || {
+        let v = b.view();
+        let s = |t: &str| v["tasks"][t]["state"].as_str().unwrap_or("").to_string();
+        (s("a") == "committed" && s("b") == "halted" || s("b") == "committed" && s("a") == "halted").then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no commit + conflict: {:#}\n{}", b.view()["tasks"], b.supervisor_log()));
+    if settled["tasks"]["a"]["state"] == "committed" { ("a", "b") } else { ("b", "a") }
+}
+
 #[test]
 fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_markers_are_never_committed() {
     let b = Bench::new();
@@ -115,14 +127,8 @@ fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_mar
         {"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:shared.txt] [fake-write:a-own.txt]"},
         {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:shared.txt] [fake-write:b-own.txt]"}]}"#;
     let _sup = b.start_supervised(plan, "success", &["--linger", "2m"]);
-    let settled = wait_for(T, || {
-        let v = b.view();
-        let s = |t: &str| v["tasks"][t]["state"].as_str().unwrap_or("").to_string();
-        (s("a") == "committed" && s("b") == "halted" || s("b") == "committed" && s("a") == "halted").then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no commit + conflict: {:#}\n{}", b.view()["tasks"], b.supervisor_log()));
-    let (winner, loser) = if settled["tasks"]["a"]["state"] == "committed" { ("a", "b") } else { ("b", "a") };
-    assert!(settled["tasks"][loser]["detail"].as_str().unwrap().starts_with("conflict integrating onto"));
+    let (winner, loser) = settle_conflict(&b);
+    assert!(b.view()["tasks"][loser]["detail"].as_str().unwrap().starts_with("conflict integrating onto"));
     // The halted attempt stays reachable, by name.
     let run = b.run_id();
     let attempt = format!("refs/harness/{run}/{loser}/attempt-1");
@@ -177,13 +183,7 @@ fn conflict_between_two(b: &Bench, slug: &str, write: &str) -> (Proc, String, St
         {{"id":"b","wave":1,"adapter":"claude","prompt":"b {write} [fake-write:b-own.txt]"}}]}}"#
     );
     let sup = b.start_supervised(&plan, "success", &["--linger", "2m"]);
-    let settled = wait_for(T, || {
-        let v = b.view();
-        let s = |t: &str| v["tasks"][t]["state"].as_str().unwrap_or("").to_string();
-        (s("a") == "committed" && s("b") == "halted" || s("b") == "committed" && s("a") == "halted").then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no commit + conflict: {:#}\n{}", b.view()["tasks"], b.supervisor_log()));
-    let (w, l) = if settled["tasks"]["a"]["state"] == "committed" { ("a", "b") } else { ("b", "a") };
+    let (w, l) = settle_conflict(b);
     (sup, w.into(), l.into())
 }
 
@@ -233,13 +233,7 @@ fn a_redo_survives_a_setup_that_edits_a_tracked_file_a_new_ignore_rule_a_stale_l
         {"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:shared.txt] [fake-write:a-own.txt] [fake-write:a.gen]"},
         {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:shared.txt] [fake-write:b-own.txt] [fake-write:b.gen]"}]}"#;
     let _sup = b.start_supervised(plan, "success", &["--linger", "2m"]);
-    let settled = wait_for(T, || {
-        let v = b.view();
-        let s = |t: &str| v["tasks"][t]["state"].as_str().unwrap_or("").to_string();
-        (s("a") == "committed" && s("b") == "halted" || s("b") == "committed" && s("a") == "halted").then_some(v)
-    })
-    .unwrap_or_else(|| panic!("no commit + conflict: {:#}\n{}", b.view()["tasks"], b.supervisor_log()));
-    let loser = if settled["tasks"]["a"]["state"] == "committed" { "b" } else { "a" };
+    let (_, loser) = settle_conflict(&b);
     // The user commits an ignore rule that now covers the loser's new file.
     std::fs::write(b.repo().join(".gitignore"), "*.gen\n").unwrap();
     git(&b.repo(), &["add", ".gitignore"]);

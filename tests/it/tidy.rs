@@ -135,6 +135,24 @@ fn clap_only_in_cli(path: &str, src: &str) -> Vec<String> {
     if code(src).contains("clap::") { vec![format!("{path}: uses clap (only cli/ may)")] } else { vec![] }
 }
 
+/// Rule: the API reaches a supervisor only through its socket protocol (`supervisor::control`),
+/// never its internals (a default, a type of the scheduler).
+fn api_reaches_the_supervisor_by_its_socket(path: &str, src: &str) -> Vec<String> {
+    if !path.starts_with("api/") {
+        return vec![];
+    }
+    let c = code(src);
+    let mut out = Vec::new();
+    for (i, _) in c.match_indices("supervisor::") {
+        let rest = &c[i + "supervisor::".len()..];
+        if !rest.starts_with("control") && c[..i].ends_with("crate::") {
+            let what: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            out.push(format!("{path}: uses `crate::supervisor::{what}`; the API reaches a supervisor only through `supervisor::control`"));
+        }
+    }
+    out
+}
+
 /// Rule: the folders are layers. `os/` (the OS and git) knows no run state and no front end;
 /// `state/` (what is on disk about runs) knows no front end.
 fn layers(path: &str, src: &str) -> Vec<String> {
@@ -176,6 +194,7 @@ const RULES: &[(&str, Rule)] = &[
     ("engine_knowledge_in_engine", engine_knowledge_in_engine),
     ("layers", layers),
     ("clap_only_in_cli", clap_only_in_cli),
+    ("api_reaches_the_supervisor_by_its_socket", api_reaches_the_supervisor_by_its_socket),
 ];
 
 /// Rule: what an engine can do is asked of `Adapter` (`src/engine/`), never read off its variant
@@ -362,6 +381,12 @@ fn each_rule_catches_what_it_is_for() {
     assert!(hits(no_cli_import, "api/mod.rs", "//! a\nuse crate::{cli, home};\n"));
     assert!(!hits(no_cli_import, "cli/remote.rs", "//! r\nuse crate::cli::CliError;\n"));
     assert!(!hits(no_cli_import, "api/mod.rs", "//! a\n// see crate::cli for the flags\n"));
+    assert!(hits(api_reaches_the_supervisor_by_its_socket, "api/verbs.rs", "crate::supervisor::Options::default()"));
+    assert!(!hits(
+        api_reaches_the_supervisor_by_its_socket,
+        "api/verbs.rs",
+        "use crate::supervisor::control::{self, Request};"
+    ));
     assert!(hits(clap_only_in_cli, "state/registry.rs", "#[derive(Serialize, clap::ValueEnum)]"));
     assert!(!hits(clap_only_in_cli, "cli/mod.rs", "#[derive(clap::ValueEnum)]"));
     assert!(hits(layers, "os/worktree.rs", "use crate::state::journal::Journal;"));
@@ -379,6 +404,12 @@ fn each_rule_catches_what_it_is_for() {
     assert!(hits(engine_knowledge_in_engine, "api/x.rs", "match a { Adapter::Codex => 1, _ => 2 }"));
     assert!(!hits(engine_knowledge_in_engine, "engine/mod.rs", "match self { Adapter::Codex => 1 }"));
     assert!(!hits(engine_knowledge_in_engine, "plan.rs", "if t.adapter.has_live_channel() {"));
+    assert!(hits(api_reaches_the_supervisor_by_its_socket, "api/verbs.rs", "crate::supervisor::Options::default()"));
+    assert!(!hits(
+        api_reaches_the_supervisor_by_its_socket,
+        "api/verbs.rs",
+        "use crate::supervisor::control::{self, Request};"
+    ));
     assert!(hits(clap_only_in_cli, "state/registry.rs", "#[derive(Serialize, clap::ValueEnum)]"));
     assert!(!hits(clap_only_in_cli, "cli/mod.rs", "#[derive(clap::ValueEnum)]"));
     assert!(hits(layers, "os/worktree.rs", "use crate::state::journal::Journal;"));
