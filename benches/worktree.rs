@@ -150,6 +150,7 @@ fn integrate_once(repo: &Path, wt: &Path, n: usize, agent_commits: bool) -> Dura
         owner: Owner { run: "bench", task: &task, nonce: Some("0123456789abcdef"), since: Some(&base) },
         attempt: 1,
         hooks: Hooks::Off,
+        force: &[],
         keep_history: false,
     };
     let Squashed::Commit(_) = git::squash(wt, &sq).unwrap() else { panic!("no commit") };

@@ -20,4 +20,5 @@ pub mod state;
 pub mod supervisor;
 pub mod term;
 pub mod timeouts;
+pub mod wire;
 pub mod wrapper;

@@ -28,12 +28,9 @@ pub enum Adapter {
 impl Adapter {
     pub const ALL: [Adapter; 3] = [Adapter::Claude, Adapter::Cursor, Adapter::Codex];
 
+    /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Adapter::Claude => "claude",
-            Adapter::Cursor => "cursor",
-            Adapter::Codex => "codex",
-        }
+        crate::wire::name_of(&self)
     }
 
     /// The wrapper script (under `wrappers/`) that dispatches a turn on this engine.

@@ -203,6 +203,8 @@ pub struct Squash<'a> {
     pub owner: Owner<'a>,
     pub attempt: u32,
     pub hooks: Hooks,
+    /// Paths added by name even when ignored (a carried attempt's new files), when present.
+    pub force: &'a [String],
     /// The worktree is the user's checkout (`isolation: shared`), where commits made during the
     /// turn may be the user's own as well as the agent's: they are never rewritten, and only what
     /// is left uncommitted becomes the task's commit, on top of them.
@@ -232,7 +234,7 @@ pub enum SquashError {
     )]
     BelowBase { base: String, head: String },
     /// The redo still holds conflict markers or unmerged paths.
-    #[error("unresolved conflicts in {}: the earlier attempt's conflicting paths still hold git's conflict markers or are unmerged; nothing was committed", .0.join(", "))]
+    #[error("unresolved conflicts in {}: a conflict marker line (not in the earlier attempt itself) or an unmerged path is left; nothing was committed", .0.join(", "))]
     Unresolved(Vec<String>),
     /// The turn said these changed, but the worktree holds none of it.
     #[error("the turn reported changes to {} but this worktree holds none of them: not committing an empty commit", .0.join(", "))]
@@ -314,6 +316,13 @@ fn commit_squash(
     match s.paths {
         None => {
             git(worktree, &["add", "-A"])?;
+            let forced: Vec<&str> =
+                s.force.iter().map(String::as_str).filter(|p| worktree.join(p).symlink_metadata().is_ok()).collect();
+            if !forced.is_empty() {
+                let mut args = vec!["add", "-f", "--"];
+                args.extend(&forced);
+                git(worktree, &args)?;
+            }
         }
         Some(listed) => {
             let mut paths: Vec<&str> = listed.iter().map(String::as_str).collect();
@@ -651,33 +660,40 @@ pub fn snapshot(worktree: &Path, parent: &str, message: &str) -> Result<String, 
 /// committed; the index is otherwise left at HEAD. Returns the conflicting paths, each with how it
 /// conflicts and the tip's commit that last changed it.
 pub fn carry(worktree: &Path, attempt: &str, old_base: &str) -> Result<Vec<String>, GitError> {
-    // The worktree is fresh at the tip: a tracked file changed now was changed by `setup` (an
-    // `npm install` rewriting the lockfile), which is not the task's work and would stop the
-    // cherry-pick; it goes back to the tip's version. Untracked and ignored files stay.
-    let touched = git(worktree, &["diff", "--name-only", "-z", "HEAD"])?;
+    // The worktree is fresh at the tip: what is staged, and a tracked file changed, were changed by
+    // `setup` (an `npm install` rewriting the lockfile), which is not the task's work and would
+    // stop the cherry-pick: unstaged, and back to the tip's version. Untracked and ignored files
+    // stay.
+    git(worktree, &["reset", "-q"])?;
+    let touched = git(worktree, &["diff", "--name-only", "-z", "--diff-filter=MDT", "HEAD"])?;
     let touched: Vec<&str> = touched.split('\0').filter(|p| !p.is_empty()).collect();
     if !touched.is_empty() {
         let mut args = vec!["checkout", "-q", "HEAD", "--"];
         args.extend(&touched);
         git(worktree, &args)?;
     }
-    let added = git(worktree, &["diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", old_base, attempt])?;
-    let added: Vec<String> = added.split('\0').filter(|p| !p.is_empty()).map(str::to_string).collect();
-    let conflicts = carry_apply(worktree, attempt, old_base)?;
-    // The attempt's new files stay tracked (intent to add), so that one the tip now ignores (or
-    // one the agent added with `git add -f`) is still the task's.
-    let unmerged = unmerged_paths(worktree);
-    let present: Vec<&str> = added
-        .iter()
-        .map(String::as_str)
-        .filter(|p| worktree.join(p).exists() && !unmerged.iter().any(|u| u == p))
-        .collect();
-    if !present.is_empty() {
-        let mut args = vec!["add", "-f", "-N", "--"];
-        args.extend(&present);
-        git(worktree, &args)?;
-    }
-    Ok(conflicts)
+    carry_apply(worktree, attempt, old_base)
+}
+
+/// The files `attempt` added on `old_base`: after a carry they are untracked again, and one the
+/// tip now ignores (or one added with `git add -f`) is still the task's, so the squash adds them
+/// by name (`Squash::force`).
+pub fn added_files(worktree: &Path, old_base: &str, attempt: &str) -> Result<Vec<String>, GitError> {
+    let out = git(worktree, &["diff", "--name-only", "-z", "--no-renames", "--diff-filter=A", old_base, attempt])?;
+    Ok(out.split('\0').filter(|p| !p.is_empty()).map(str::to_string).collect())
+}
+
+/// The bytes of `path` at `rev`, when it has one.
+pub fn blob(worktree: &Path, rev: &str, path: &str) -> Option<Vec<u8>> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(worktree)
+        .args(["cat-file", "blob", &format!("{rev}:{path}")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then_some(out.stdout)
 }
 
 /// `carry`'s cherry-pick and what it leaves, markers and unmerged paths.
@@ -991,6 +1007,7 @@ mod tests {
             owner: Owner { run: "r", task: "T1", nonce: Some("n1"), since: None },
             attempt: 1,
             hooks: Hooks::Off,
+            force: &[],
             keep_history: false,
         }
     }

@@ -138,6 +138,10 @@ pub struct Carry {
 /// into it, with its conflicts, one per line after the sha; and that `setup` succeeded in it.
 const CARRIED_FILE: &str = "harness-carried";
 const SETUP_FILE: &str = "harness-setup-done";
+/// The carried attempt's new files, one per line (the squash adds them even where ignored).
+const NEW_FILES_FILE: &str = "harness-carried-new";
+/// A redo that ended at its base was halted once: a steer after that confirms it.
+const EMPTY_REDO_FILE: &str = "harness-empty-redo-halted";
 
 fn state_file(t: &TaskTree, name: &str) -> Option<PathBuf> {
     git::own_git_dir(&t.path).ok().map(|d| d.join(name))
@@ -149,6 +153,24 @@ pub fn carried(t: &TaskTree) -> Option<(String, Vec<String>)> {
     let mut lines = text.lines();
     let sha = lines.next()?.trim().to_string();
     Some((sha, lines.map(str::to_string).collect()))
+}
+
+/// The new files of the attempt carried into `t`.
+pub fn carried_new_files(t: &TaskTree) -> Vec<String> {
+    state_file(t, NEW_FILES_FILE)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .map(|text| text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Whether a redo of `t` that ended at its base was halted already; marks it so when `mark`.
+pub fn empty_redo_halted(t: &TaskTree, mark: bool) -> bool {
+    let Some(f) = state_file(t, EMPTY_REDO_FILE) else { return false };
+    let was = f.exists();
+    if mark && !was {
+        let _ = std::fs::write(&f, b"");
+    }
+    was
 }
 
 /// True when the plan's `setup` has not yet succeeded in `t`.
@@ -278,10 +300,14 @@ pub fn apply_carry(t: &TaskTree, c: &Carry) -> Result<Vec<String>, GitError> {
     if let Some((_, conflicts)) = carried(t).filter(|(sha, _)| sha == &c.sha) {
         return Ok(conflicts);
     }
+    let added = git::added_files(&t.path, &c.old_base, &c.sha)?;
     let conflicts = git::carry(&t.path, &c.sha, &c.old_base)?;
     let fail = |e: std::io::Error| GitError::Failed { args: format!("write {CARRIED_FILE}"), detail: e.to_string() };
     let f = state_file(t, CARRIED_FILE)
         .ok_or_else(|| GitError::Failed { args: "rev-parse --absolute-git-dir".into(), detail: "no git dir".into() })?;
+    let mut list = added.join("\n");
+    list.push('\n');
+    std::fs::write(f.with_file_name(NEW_FILES_FILE), list).map_err(fail)?;
     let mut text = format!("{}\n", c.sha);
     for l in &conflicts {
         text.push_str(l);

@@ -866,6 +866,10 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         .map_err(|e| ctx.halt(id, 1, format!("commit failed: cannot tell the task's base: {e}"), session.clone()))?;
     let carried = view.tasks.get(id).and_then(|t| t.carried.clone());
     let tree = ctx.tree(id);
+    let force = match (&carried, &tree) {
+        (Some(_), Some(t)) => worktree::carried_new_files(t),
+        _ => Vec::new(),
+    };
     let made = blocking(|| -> Result<(crate::os::git::Squashed, bool), String> {
         let _lock = shared.then(|| worktree::integration_lock(&wt)).transpose().map_err(|e| e.to_string())?;
         quiet_worktree(id, &wt, tree.as_ref());
@@ -881,12 +885,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         if shared {
             worktree::check_branch(&wt, ctx.branch.as_deref()).map_err(|e| e.to_string())?;
         }
-        // A redo's every changed path is looked at, not only those that conflicted: an agent may
-        // have moved a marked file.
-        let marked = match &carried {
-            Some(_) => crate::os::git::conflict_marked(&wt, &crate::os::git::changed_since(&wt, &base)),
-            None => Vec::new(),
-        };
+        let marked = carried.as_ref().map(|c| redo_markers(&wt, &base, &c.sha)).unwrap_or_default();
         if !marked.is_empty() {
             return Err(crate::os::git::SquashError::Unresolved(marked).to_string());
         }
@@ -900,6 +899,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
             owner,
             attempt,
             hooks: ctx.hooks,
+            force: &force,
             keep_history: shared,
         };
         crate::os::git::squash(&wt, &sq).map(|s| (s, false)).map_err(|e| e.to_string())
@@ -909,7 +909,10 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
         Err(e) => return Err(ctx.halt(id, 1, format!("commit failed: {e}"), session)),
     };
     let (sha, kept) = match made {
-        crate::os::git::Squashed::NoChanges if let Some(c) = carried => {
+        crate::os::git::Squashed::NoChanges
+            if let Some(c) = carried
+                && !tree.as_ref().is_some_and(|t| worktree::empty_redo_halted(t, true)) =>
+        {
             return Err(redo_lost_its_attempt(ctx, id, &c.sha, session));
         }
         crate::os::git::Squashed::NoChanges => {
@@ -943,11 +946,21 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     Ok(Committed::Done)
 }
 
+/// The paths of a redo that hold a conflict marker line its earlier attempt (`attempt`) did not:
+/// every path changed since `base`, not only those that conflicted (an agent may have moved a
+/// marked file), while a file the task wrote with marker-like lines itself (a test fixture) is its
+/// own content.
+fn redo_markers(wt: &Path, base: &str, attempt: &str) -> Vec<String> {
+    let mut marked = crate::os::git::conflict_marked(wt, &crate::os::git::changed_since(wt, base));
+    marked.retain(|p| crate::os::git::blob(wt, attempt, p) != std::fs::read(wt.join(p)).ok());
+    marked
+}
+
 /// Halts a redo whose end state is its base: nothing of its earlier attempt is left, which is a
 /// choice for a person (the attempt is kept), not "no changes".
 fn redo_lost_its_attempt(ctx: &Ctx, id: &TaskId, sha: &str, session: Option<String>) -> End {
     let detail = format!(
-        "commit failed: the redo ends where it started, without its earlier attempt {} (kept under {}{id}/): nothing was committed or deleted; steer again, or `harness clean --force` to drop the attempt",
+        "commit failed: the redo ends where it started, without its earlier attempt {} (kept under {}{id}/): nothing was committed or deleted; steer with what to keep, or steer again to confirm the task needs none of it (the attempt is then dropped)",
         crate::os::git::short(sha),
         worktree::refs_prefix(&ctx.run_id)
     );

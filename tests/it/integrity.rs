@@ -174,13 +174,15 @@ fn a_conflict_redo_starts_with_its_earlier_attempt_so_its_own_file_lands_and_mar
     assert_journal_valid(&b.journal());
 }
 
-/// Runs `a` and `b` in parallel, both writing `path` (and their own files), until one commits and the
+/// Runs `a` and `b` in parallel, both doing `write` (`{t}` is the task's id) and writing their own
+/// files, until one commits and the
 /// other halts on the conflict; returns the supervisor, the winner and the loser.
 fn conflict_between_two(b: &Bench, slug: &str, write: &str) -> (Proc, String, String) {
+    let (wa, wb) = (write.replace("{t}", "a"), write.replace("{t}", "b"));
     let plan = format!(
         r#"{{"v":"plan/v1","slug":"{slug}","max_parallel":2,"tasks":[
-        {{"id":"a","wave":1,"adapter":"claude","prompt":"a {write} [fake-write:a-own.txt]"}},
-        {{"id":"b","wave":1,"adapter":"claude","prompt":"b {write} [fake-write:b-own.txt]"}}]}}"#
+        {{"id":"a","wave":1,"adapter":"claude","prompt":"a {wa} [fake-write:a-own.txt]"}},
+        {{"id":"b","wave":1,"adapter":"claude","prompt":"b {wb} [fake-write:b-own.txt]"}}]}}"#
     );
     let sup = b.start_supervised(&plan, "success", &["--linger", "2m"]);
     let (w, l) = settle_conflict(b);
@@ -269,6 +271,51 @@ fn a_redo_survives_a_setup_that_edits_a_tracked_file_a_new_ignore_rule_a_stale_l
         assert!(files.contains(&f), "{f} is missing from the loser's commit: {files:?}");
     }
     assert!(!std::fs::read_to_string(b.repo().join("shared.txt")).unwrap().contains("<<<<<<<"));
+}
+
+#[test]
+fn a_redo_keeps_its_own_files_through_a_hard_reset_and_its_own_marker_like_fixture_is_not_a_conflict() {
+    let b = Bench::new();
+    let (_sup, _winner, loser) =
+        conflict_between_two(&b, "fx", "[fake-write:shared.txt] [fake-markers:fixture-{t}.txt]");
+    // The agent throws away its tracked edits (the conflicted shared.txt goes back to the tip's):
+    // its own new files, a test fixture with marker-like lines among them, are still the task's.
+    let r = control(
+        &b.sock(),
+        &serde_json::json!({"verb":"steer","task":loser,"msg":"take the tip's [fake-git-reset:HEAD]"}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    b.wait_state(&loser, "committed", T);
+    let files = files_of(&b.repo(), &b.commit_of(&loser));
+    assert_eq!(files, strings(&[&format!("{loser}-own.txt"), &format!("fixture-{loser}.txt")]));
+    let fixture = std::fs::read_to_string(b.repo().join(format!("fixture-{loser}.txt"))).unwrap();
+    assert!(fixture.starts_with("<<<<<<< ours"), "{fixture}");
+}
+
+#[test]
+fn a_redo_that_ends_at_its_base_halts_once_and_a_second_steer_confirms_it() {
+    let b = Bench::new();
+    let (_sup, _winner, loser) = conflict_between_two(&b, "empty", "[fake-write:shared.txt]");
+    let run = b.run_id();
+    let steer = |msg: &str, attempts: u64| {
+        let r = control(&b.sock(), &serde_json::json!({"verb":"steer","task":loser,"msg":msg}));
+        assert_eq!(r["ok"], true, "{r}");
+        wait_for(T, || {
+            let v = b.view();
+            let t = &v["tasks"][loser.as_str()];
+            (t["attempts"] == attempts && (t["state"] == "halted" || t["state"] == "committed")).then(|| t.clone())
+        })
+        .unwrap_or_else(|| panic!("{:#}\n{}", b.view()["tasks"], b.supervisor_log()))
+    };
+    // Everything of the attempt thrown away (its own file too): halted, the attempt kept.
+    let t = steer(&format!("nothing [fake-git-reset:HEAD] [fake-rm:{loser}-own.txt]"), 2);
+    assert_eq!(t["state"], "halted");
+    assert!(t["detail"].as_str().unwrap().contains("the redo ends where it started"), "{t}");
+    assert!(!git(&b.repo(), &["for-each-ref", &format!("refs/harness/{run}/{loser}/")]).is_empty());
+    // Asked again: the task needs none of it.
+    let t = steer("really nothing", 3);
+    assert_eq!(t["state"], "committed", "{t}");
+    assert_eq!(t["no_changes"], true, "{t}");
 }
 
 #[test]

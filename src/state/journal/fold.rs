@@ -86,14 +86,9 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Pending => "pending",
-            RunStatus::Running => "running",
-            RunStatus::Paused => "paused",
-            RunStatus::Finished => "finished",
-            RunStatus::Failed => "failed",
-        }
+        crate::wire::name_of(&self)
     }
 }
 

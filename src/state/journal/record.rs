@@ -43,15 +43,9 @@ impl TaskState {
         TaskState::Halted,
     ];
 
+    /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            TaskState::Leased => "leased",
-            TaskState::Implemented => "implemented",
-            TaskState::Gated => "gated",
-            TaskState::Reviewed => "reviewed",
-            TaskState::Committed => "committed",
-            TaskState::Halted => "halted",
-        }
+        crate::wire::name_of(&self)
     }
 
     /// `committed` is the only terminal state: nothing follows it (no re-dispatch, no halt, no
@@ -110,44 +104,23 @@ pub enum Verb {
 }
 
 impl RunEvent {
+    /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            RunEvent::Started => "started",
-            RunEvent::Paused => "paused",
-            RunEvent::Resumed => "resumed",
-            RunEvent::Finished => "finished",
-            RunEvent::Failed => "failed",
-        }
+        crate::wire::name_of(&self)
     }
 }
 
 impl Outcome {
+    /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Accepted => "accepted",
-            Outcome::Queued => "queued",
-            Outcome::Applied => "applied",
-            Outcome::Refused => "refused",
-            Outcome::Noop => "noop",
-            Outcome::Delivered => "delivered",
-            Outcome::Taken => "taken",
-        }
+        crate::wire::name_of(&self)
     }
 }
 
 impl Verb {
+    /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verb::Steer => "steer",
-            Verb::Kill => "kill",
-            Verb::Pause => "pause",
-            Verb::Resume => "resume",
-            Verb::Stop => "stop",
-            Verb::Interrupt => "interrupt",
-            Verb::End => "end",
-            Verb::Budget => "budget",
-            Verb::Other => "other",
-        }
+        crate::wire::name_of(&self)
     }
 }
 
