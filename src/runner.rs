@@ -59,7 +59,7 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     }
     let runstate = worktree.join("runstate");
     std::fs::create_dir_all(&runstate).map_err(|e| RunError::Failed(format!("{}: {e}", runstate.display())))?;
-    let journal_path = runstate.join(format!("{}.jsonl", plan.slug));
+    let journal_path = crate::state::registry::journal_path_in(&runstate, &plan.slug);
     if std::fs::metadata(&journal_path).is_ok_and(|m| m.len() > 0) {
         let status =
             journal::replay(&journal_path).map(|v| format!("{:?}", v.status).to_lowercase()).unwrap_or_default();
@@ -165,7 +165,7 @@ pub fn start_detached(
 ) -> Result<String, RunError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| RunError::Failed(e.to_string()))?;
-    let log_path = pointer.runstate_dir.join(format!("{}.supervisor.log", pointer.slug));
+    let log_path = pointer.supervisor_log_path();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

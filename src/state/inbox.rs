@@ -183,7 +183,7 @@ pub fn take(p: &Pointer) -> Result<Vec<Entry>, InboxError> {
         Err(e) => return Err(io("cannot open the inbox", &path)(e)),
     };
     let _lock = Flock::exclusive(&f).map_err(io("cannot lock the inbox", &path))?;
-    let cursor_path = p.runstate_dir.join(format!("{}.steer.cursor", p.slug));
+    let cursor_path = p.steer_cursor_path();
     let cursor: u64 = std::fs::read_to_string(&cursor_path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
     let bytes = std::fs::read(&path).map_err(io("cannot read the inbox", &path))?;
     let start = (cursor as usize).min(bytes.len());

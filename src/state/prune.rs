@@ -136,7 +136,7 @@ fn prune_one(home: &Home, p: &Pointer, cutoff: SystemTime, opts: &Options) -> Re
         ));
     }
     // The supervisor lock: held by a supervisor of this run, or taken here so none starts.
-    let lock_path = p.runstate_dir.join(format!("{}.supervisor.lock", p.slug));
+    let lock_path = p.supervisor_lock_path();
     let lock_file = open_lock(&lock_path, opts.dry_run)?;
     let _held = match &lock_file {
         Some(f) => match crate::os::flock::Flock::try_exclusive(f) {
@@ -225,20 +225,19 @@ fn open_lock(lock_path: &Path, dry_run: bool) -> Result<Option<std::fs::File>, S
 /// Every file of the run that prune removes (its logs only, with `logs_only`), whether or not it
 /// exists.
 fn run_files(home: &Home, p: &Pointer, lock_path: &Path, logs_only: bool) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = vec![p.logs_dir(), p.runstate_dir.join(format!("{}.supervisor.log", p.slug))];
+    let mut paths: Vec<PathBuf> = vec![p.logs_dir(), p.supervisor_log_path()];
     if !logs_only {
-        let rs = |suffix: &str| p.runstate_dir.join(format!("{}{suffix}", p.slug));
         paths.extend([
-            rs(".prompts"),
-            rs(".approvals"),
+            p.prompts_dir(),
+            p.approvals_dir(),
             p.journal_path(),
             p.plan_path(),
             p.liveness_path(),
             p.liveness_path().with_extension("lock"),
             p.inbox_path(),
-            rs(".steer.cursor"),
-            rs(".notify.json"),
-            rs(".usage.json"),
+            p.steer_cursor_path(),
+            p.notify_mark_path(),
+            p.usage_path(),
             home.socket_path(&p.run_id),
             crate::state::summary::path(home, &p.run_id),
             lock_path.to_path_buf(),
@@ -255,12 +254,8 @@ fn keep_usage(p: &Pointer, view: &journal::RunView) -> Result<(), String> {
     let kept: std::collections::BTreeMap<String, crate::engine::usage::Usage> =
         per_task.into_iter().map(|(t, u)| (t.to_string(), u)).collect();
     let body = serde_json::json!({"v": "usage-kept/v1", "tasks": kept});
-    crate::os::home::write_atomic(
-        &p.runstate_dir.join(format!("{}.usage.json", p.slug)),
-        body.to_string().as_bytes(),
-        0o644,
-    )
-    .map_err(|e| format!("cannot keep the usage of the logs: {e}"))
+    crate::os::home::write_atomic(&p.usage_path(), body.to_string().as_bytes(), 0o644)
+        .map_err(|e| format!("cannot keep the usage of the logs: {e}"))
 }
 
 /// Bytes under `path` (a file, or a directory's files), not following symlinks.

@@ -157,10 +157,15 @@ pub fn log_skipped(skipped: &[Skipped]) {
     }
 }
 
+/// `<runstateDir>/<slug>.jsonl`: where a run's journal is, before its pointer exists.
+pub fn journal_path_in(runstate_dir: &Path, slug: &Slug) -> PathBuf {
+    runstate_dir.join(format!("{slug}.jsonl"))
+}
+
 impl Pointer {
     /// `<runstateDir>/<slug>.jsonl` — the journal.
     pub fn journal_path(&self) -> PathBuf {
-        self.runstate_dir.join(format!("{}.jsonl", self.slug))
+        journal_path_in(&self.runstate_dir, &self.slug)
     }
     /// `<runstateDir>/<slug>.plan.json` — the plan copy kept at run start.
     pub fn plan_path(&self) -> PathBuf {
@@ -177,6 +182,34 @@ impl Pointer {
     /// `<runstateDir>/<slug>.logs/` — one wrapper logfile per task.
     pub fn logs_dir(&self) -> PathBuf {
         self.runstate_dir.join(format!("{}.logs", self.slug))
+    }
+    /// `<runstateDir>/<slug>.prompts/` — every turn's prompt, one file per task and attempt.
+    pub fn prompts_dir(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.prompts", self.slug))
+    }
+    /// `<runstateDir>/<slug>.approvals/` — the approvals MCP tool's configs.
+    pub fn approvals_dir(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.approvals", self.slug))
+    }
+    /// `<runstateDir>/<slug>.supervisor.lock` — held by the run's one supervisor.
+    pub fn supervisor_lock_path(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.supervisor.lock", self.slug))
+    }
+    /// `<runstateDir>/<slug>.supervisor.log` — a detached supervisor's output.
+    pub fn supervisor_log_path(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.supervisor.log", self.slug))
+    }
+    /// `<runstateDir>/<slug>.notify.json` — the notifier's delivery mark.
+    pub fn notify_mark_path(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.notify.json", self.slug))
+    }
+    /// `<runstateDir>/<slug>.usage.json` — each task's usage, kept when its logs are pruned.
+    pub fn usage_path(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.usage.json", self.slug))
+    }
+    /// `<runstateDir>/<slug>.steer.cursor` — how far the DynWF inbox was taken.
+    pub fn steer_cursor_path(&self) -> PathBuf {
+        self.runstate_dir.join(format!("{}.steer.cursor", self.slug))
     }
     /// The default logfile of a task (the journal's `leased` record names the one actually used).
     pub fn default_logfile(&self, task: &crate::ids::TaskId) -> PathBuf {

@@ -128,7 +128,7 @@ pub fn kept_usage(pointer: &crate::state::registry::Pointer) -> HashMap<String, 
     struct Kept {
         tasks: HashMap<String, Usage>,
     }
-    std::fs::read(pointer.runstate_dir.join(format!("{}.usage.json", pointer.slug)))
+    std::fs::read(pointer.usage_path())
         .ok()
         .and_then(|b| serde_json::from_slice::<Kept>(&b).ok())
         .map(|k| k.tasks)

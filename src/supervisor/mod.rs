@@ -246,7 +246,7 @@ pub async fn supervise(
     let pointer = registry::read(&home, &run_id)?;
     let plan_path = pointer.plan_path();
     let plan = Plan::load(&plan_path).map_err(|source| SupervisorError::Plan { path: plan_path, source })?;
-    let _lock = lock_run(&pointer.runstate_dir.join(format!("{}.supervisor.lock", pointer.slug)), &run_id)?;
+    let _lock = lock_run(&pointer.supervisor_lock_path(), &run_id)?;
     let journal = Journal::open(&pointer.journal_path())?;
     let view = journal.view()?;
     match view.status {
@@ -276,12 +276,8 @@ pub async fn supervise(
     let plan_hooks = plan.git_hooks == Some(true);
     let pointer_branch = pointer.branch.clone();
     // Notifications beside the scheduler, from the first record this supervisor sees.
-    let notifier = notifier::spawn(
-        home.root.clone(),
-        run_id.clone(),
-        pointer.journal_path(),
-        pointer.runstate_dir.join(format!("{}.notify.json", pointer.slug)),
-    );
+    let notifier =
+        notifier::spawn(home.root.clone(), run_id.clone(), pointer.journal_path(), pointer.notify_mark_path());
     let keeper = keeper::spawn(home.clone(), pointer.clone());
     let run_wt = pointer.worktree.clone();
     let journal_path = pointer.journal_path();

@@ -203,10 +203,10 @@ impl Ctx {
         });
     }
 
-    /// A file of the task's under `<runstateDir>/<slug>.<dir>/`, its directory created. A filesystem
-    /// error halts the task with its own detail (the task is `leased` or later here).
-    fn file(&self, task: &TaskId, dir: &str, name: String, session: &Option<String>) -> Step<PathBuf> {
-        let d = self.pointer.runstate_dir.join(format!("{}.{dir}", self.pointer.slug));
+    /// A file of the task's in one of the run's directories (`d`: its prompts or logs), the
+    /// directory created. A filesystem error halts the task with its own detail (the task is
+    /// `leased` or later here).
+    fn file(&self, task: &TaskId, d: PathBuf, name: String, session: &Option<String>) -> Step<PathBuf> {
         match std::fs::create_dir_all(&d) {
             Ok(()) => Ok(d.join(name)),
             Err(e) => Err(self.halt(task, 1, format!("cannot create {}: {e}", d.display()), session.clone())),
@@ -533,7 +533,7 @@ async fn turn(
     let prompt = ready(ctx, task, lease, prompt).await?;
     let cwd = ctx.cwd(id);
     let prompt = prompt.as_str();
-    let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.txt"), &known_session)?;
+    let prompt_file = ctx.file(id, ctx.pointer.prompts_dir(), format!("{id}.{attempt}.txt"), &known_session)?;
     if let Err(e) = std::fs::write(&prompt_file, prompt) {
         return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), known_session));
     }
@@ -631,7 +631,7 @@ fn resumed_prompt_is_plan(ctx: &Ctx, task: &TaskId, prompt: &str) -> bool {
 fn permission_mcp_config(ctx: &Ctx, task: &TaskId) -> std::io::Result<Option<PathBuf>> {
     let Some(sock) = &ctx.socket else { return Ok(None) };
     let exe = std::env::current_exe()?;
-    let dir = ctx.pointer.runstate_dir.join(format!("{}.approvals", ctx.pointer.slug));
+    let dir = ctx.pointer.approvals_dir();
     std::fs::create_dir_all(&dir)?;
     let wait = ctx.plan.approval_timeout().as_secs() + 60;
     let config = serde_json::json!({"mcpServers": {"harness": {
@@ -711,7 +711,7 @@ async fn gate(ctx: &Ctx, task: &Task, session: Option<String>) -> Step<()> {
         gated.detail = Some("no gate".into());
         return ctx.append(gated);
     };
-    let log = ctx.file(id, "logs", format!("{id}.gate.log"), &session)?;
+    let log = ctx.file(id, ctx.pointer.logs_dir(), format!("{id}.gate.log"), &session)?;
     let (out, err) = ctx.open_log(id, &log, false, &session)?;
     let mut cmd = ctx.shell(id, cmd_text);
     cmd.current_dir(ctx.cwd(id)).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
@@ -743,11 +743,11 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
          Answer on the first line with exactly APPROVE, or REJECT: <reason>. Then explain briefly.\n",
         ctx.run_id, task.prompt
     );
-    let prompt_file = ctx.file(id, "prompts", format!("{id}.{attempt}.review.txt"), &session)?;
+    let prompt_file = ctx.file(id, ctx.pointer.prompts_dir(), format!("{id}.{attempt}.review.txt"), &session)?;
     if let Err(e) = std::fs::write(&prompt_file, prompt) {
         return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), session));
     }
-    let log = ctx.file(id, "logs", format!("{id}.review.log"), &session)?;
+    let log = ctx.file(id, ctx.pointer.logs_dir(), format!("{id}.review.log"), &session)?;
     let t = wrapper::Turn {
         adapter: Adapter::REVIEWER,
         prompt_file: &prompt_file,
@@ -1096,7 +1096,7 @@ async fn workspace(ctx: &Ctx, task: &Task) -> Result<worktree::Prepared, String>
 /// output's tail.
 async fn run_setup(ctx: &Ctx, task: &Task, setup: &str, cwd: &Path, session: Option<String>) -> Step<()> {
     let id = &task.id;
-    let log = ctx.file(id, "logs", format!("{id}.setup.log"), &session)?;
+    let log = ctx.file(id, ctx.pointer.logs_dir(), format!("{id}.setup.log"), &session)?;
     let (out, err) = ctx.open_log(id, &log, true, &session)?;
     let mut cmd = ctx.shell(id, setup);
     cmd.current_dir(cwd).stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);

@@ -36,8 +36,8 @@ impl Scheduler {
             }
             // Turns of a dead supervisor that liveness never recorded: found by their command line,
             // which names this run's prompt files.
-            let prompts = ctx.pointer.runstate_dir.join(format!("{}.prompts/", ctx.pointer.slug));
-            for pgid in kill::groups_mentioning(&prompts.to_string_lossy()) {
+            let prompts = format!("{}/", ctx.pointer.prompts_dir().display());
+            for pgid in kill::groups_mentioning(&prompts) {
                 tracing::warn!(RUN_ID = %ctx.run_id, pgid, "killing an unrecorded turn of a previous supervisor");
                 kill::kill_group(pgid, ctx.kill_grace).await;
             }
