@@ -105,9 +105,9 @@ wait_until 20 grep -q '"task":"B1","state":"leased"' "$journal" || fail "wave 2 
 main=$(systemctl --user show -p MainPID --value "$unit")
 [ "$main" -gt 0 ] || fail "no MainPID for $unit"
 kill -9 "$main"
-# shellcheck disable=SC2317 # called through wait_until
+# shellcheck disable=SC2317,SC2329 # called through wait_until
 journal_has_verb() { journalctl --no-pager -o cat "RUN_ID=$run" "TASK=A1" "VERB=kill" 2> /dev/null | grep -q verb; }
-# shellcheck disable=SC2317 # called through wait_until
+# shellcheck disable=SC2317,SC2329 # called through wait_until
 restarted_once() { [ "$(systemctl --user show -p NRestarts --value "$unit")" = 1 ]; }
 wait_until 15 restarted_once || fail "NRestarts is $(systemctl --user show -p NRestarts --value "$unit")"
 say "kill -9 of the supervisor: systemd restarted $unit (NRestarts=1)"
