@@ -851,9 +851,10 @@ pub fn wait_index_unlocked(worktree: &Path, max: std::time::Duration) -> bool {
     true
 }
 
-/// In a task's own worktree, which no one but its task writes: waits up to `max` for the index lock
-/// and the branch's ref locks (`HEAD.lock`, `refs/heads/<branch>.lock`) to go, then removes those a
-/// git killed with its supervisor left behind (else every later commit of the task fails on them).
+/// In a task's own worktree, which no one but its task writes: waits up to `max` for the locks in
+/// its own git dir (`index.lock`, `HEAD.lock`, a rebase's `AUTO_MERGE.lock`…) and its branch's
+/// (`refs/heads/<branch>.lock`) to go, then removes those a git killed with its supervisor left
+/// behind (else every later commit or rebase of the task fails on them).
 /// Returns the locks it removed.
 pub fn clear_stale_locks(worktree: &Path, branch: &str, max: std::time::Duration) -> Vec<std::path::PathBuf> {
     let (Ok(dir), Ok(common)) =
@@ -863,7 +864,12 @@ pub fn clear_stale_locks(worktree: &Path, branch: &str, max: std::time::Duration
     };
     let dir = worktree.join(dir.trim());
     let common = worktree.join(common.trim());
-    let locks = [dir.join("index.lock"), dir.join("HEAD.lock"), common.join(format!("refs/heads/{branch}.lock"))];
+    // Every lock in the worktree's own git dir (index, HEAD, and those a rebase takes: AUTO_MERGE,
+    // ORIG_HEAD, REBASE_HEAD…), and its branch's in the common dir.
+    let mut locks: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "lock")).collect())
+        .unwrap_or_default();
+    locks.push(common.join(format!("refs/heads/{branch}.lock")));
     let end = std::time::Instant::now() + max;
     while locks.iter().any(|l| l.exists()) && std::time::Instant::now() < end {
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -626,6 +626,20 @@ mod tests {
         assert!(t.path.join("turn.txt").exists() && t.path.join("own.txt").exists(), "nothing reset");
     }
 
+    /// Locks a killed git left in a task worktree's own git dir (a rebase's `AUTO_MERGE.lock`) are
+    /// removed, so the next rebase of the task does not fail on them forever.
+    #[test]
+    fn stale_locks_of_a_killed_rebase_are_cleared() {
+        let (d, repo, run, task) = scratch();
+        let r = Ready { run: &run, task: &task, nonce: None, hooks: Hooks::Off };
+        let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
+        prepare(&repo, &t, &r).unwrap();
+        let dir = git::own_git_dir(&t.path).unwrap();
+        std::fs::write(dir.join("AUTO_MERGE.lock"), "").unwrap();
+        let removed = git::clear_stale_locks(&t.path, &t.branch, std::time::Duration::from_millis(50));
+        assert_eq!(removed, vec![dir.join("AUTO_MERGE.lock")]);
+    }
+
     /// `setup` is owed until it succeeded once in the worktree, whatever restarts come between.
     #[test]
     fn setup_is_owed_until_it_succeeded_in_the_worktree() {
