@@ -6,8 +6,8 @@
 //! stdio: newline-delimited JSON-RPC 2.0. While a call waits, `notifications/progress` keep claude's
 //! MCP idle timeout (30 min by default) from cutting it.
 
+use crate::control::{Act, Answer, Reply, Request};
 use crate::ids::TaskId;
-use crate::supervisor::control::{Answer, Reply, Request};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -107,7 +107,8 @@ fn call(out: &Out, id: Value, params: &Value, socket: &Path, task: &TaskId, wait
             }
         });
     }
-    let req = Request::Ask { task: task.clone(), tool, input, tool_use_id, by: Some("approval-mcp".into()) };
+    let call = crate::control::Ask { task: task.clone(), tool, input, tool_use_id };
+    let req = Request::new(Act::Ask(call), Some("approval-mcp".into()));
     let decision = match ask(socket, &req, wait) {
         Ok(Reply::Done(Answer::Ask { decision, .. })) => decision,
         Ok(Reply::Refused(r)) => json!({"behavior":"deny","message":format!("harness refused to ask: {}", r.detail)}),

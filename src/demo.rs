@@ -218,6 +218,6 @@ fn narration(rec: &crate::state::journal::Record) -> String {
 }
 
 async fn stop(home: &Home, id: &RunId) {
-    let req = crate::supervisor::control::Request::Stop { by: Some("demo".into()) };
-    let _ = crate::supervisor::control::request(&home.socket_path(id), &req, crate::timeouts::DEMO_STOP).await;
+    let req = crate::control::Request::new(crate::control::Act::Stop(crate::control::Stop), Some("demo".into()));
+    let _ = crate::control::request(&home.socket_path(id), &req, crate::timeouts::DEMO_STOP).await;
 }

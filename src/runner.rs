@@ -189,7 +189,7 @@ pub fn start_detached(
     let sock = home.socket_path(&pointer.run_id);
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
-        if crate::supervisor::control::is_live(&sock) {
+        if crate::control::is_live(&sock) {
             return Ok(format!("supervisor pid {} (log {})", child.id(), log_path.display()));
         }
         std::thread::sleep(Duration::from_millis(20));

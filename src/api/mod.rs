@@ -331,7 +331,7 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: Option<u32>,
 ) -> Result<Response<Body>, Response<Body>> {
-    use crate::state::journal::Verb;
+    use crate::control::Name;
     match route {
         Route::Watch => watch(api, req).await,
         Route::Runs => runs(api, req).await,
@@ -347,14 +347,14 @@ async fn dispatch(
         }
         Route::Stream(run, task) => live_stream(api, run, task, req).await,
         Route::Events(run, task) => events(api, run, task, req).await,
-        Route::Steer(run, task) => verbs::verb(api, run, Some(task), Verb::Steer, req, peer).await,
-        Route::Kill(run, task) => verbs::verb(api, run, Some(task), Verb::Kill, req, peer).await,
-        Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Verb::Interrupt, req, peer).await,
+        Route::Steer(run, task) => verbs::verb(api, run, Some(task), Name::Steer, req, peer).await,
+        Route::Kill(run, task) => verbs::verb(api, run, Some(task), Name::Kill, req, peer).await,
+        Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Name::Interrupt, req, peer).await,
         Route::Approvals(run) => approvals(api, run, req).await,
         Route::Decide(run, task, id) => verbs::decide(api, run, task, id, req, peer).await,
-        Route::Pause(run) => verbs::verb(api, run, None, Verb::Pause, req, peer).await,
-        Route::Resume(run) => verbs::verb(api, run, None, Verb::Resume, req, peer).await,
-        Route::Budget(run) => verbs::verb(api, run, None, Verb::Budget, req, peer).await,
+        Route::Pause(run) => verbs::verb(api, run, None, Name::Pause, req, peer).await,
+        Route::Resume(run) => verbs::verb(api, run, None, Name::Resume, req, peer).await,
+        Route::Budget(run) => verbs::verb(api, run, None, Name::Budget, req, peer).await,
     }
 }
 
@@ -415,7 +415,7 @@ async fn live_stream(
     // As the design pins: the live stream needs the run's supervisor.
     let sock = api.durable.home.socket_path(&run);
     let live = src.pointer.plane == crate::state::registry::Plane::Standalone
-        && tokio::task::spawn_blocking(move || crate::supervisor::control::is_live(&sock)).await.unwrap_or(false);
+        && tokio::task::spawn_blocking(move || crate::control::is_live(&sock)).await.unwrap_or(false);
     if !live {
         return Err(error_response(
             StatusCode::CONFLICT,

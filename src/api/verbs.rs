@@ -5,16 +5,16 @@
 //! itself (a bad body, a run nobody supervises) it records through `audit` before answering.
 
 use super::{Api, Body, error_response, json_response};
+use crate::control::{self, Act, Name, Reply, Request, Takes};
 use crate::ids::{RunId, TaskId};
-use crate::state::journal::Verb;
+use crate::state::journal::{ControlRecord, Verb};
 use crate::state::registry::Plane;
-use crate::supervisor::control::{self, Reply, Request};
 use crate::timeouts;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Largest request body.
@@ -94,13 +94,13 @@ struct Asked {
 
 /// Checks the body of `verb`. On a refusal, also returns what could be read of `by` and `msg`, for
 /// the record.
-async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refusal, Option<String>, Option<String>)> {
-    let allowed: &[&str] = match verb {
-        Verb::Steer => &["msg", "interrupt", "by"],
-        Verb::Budget => &["usd", "task", "by"],
-        _ => &["by"],
-    };
-    let body = json_body(req, allowed).await.map_err(|r| (r, None, None))?;
+async fn asked(verb: Name, req: hyper::Request<Incoming>) -> Result<Asked, (Refusal, Option<String>, Option<String>)> {
+    // The verb's wire fields, but the task when the path names it, and `by`.
+    let spec = verb.spec();
+    let mut allowed: Vec<&str> =
+        spec.fields.iter().copied().filter(|f| *f != "task" || spec.task == Takes::OptionalTask).collect();
+    allowed.push("by");
+    let body = json_body(req, &allowed).await.map_err(|r| (r, None, None))?;
     let raw_msg = body.get("msg").and_then(Value::as_str).map(str::to_string);
     let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::state::journal::clip_by);
     let fail = |r: Refusal| (r, raw_by.clone(), raw_msg.clone());
@@ -109,7 +109,7 @@ async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
     if by.is_empty() || by.chars().count() > crate::state::journal::MAX_BY {
         return Err(fail(bad("field by must be 1 to 64 characters")));
     }
-    if verb == Verb::Budget {
+    if verb == Name::Budget {
         let usd = match body.get("usd") {
             Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f.is_finite() && f > 0.0) => n.as_f64(),
             _ => return Err(fail(bad("field usd is required: the new budget, a positive number of US dollars"))),
@@ -120,7 +120,7 @@ async fn asked(verb: Verb, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
         };
         return Ok(Asked { by, msg: None, interrupt: false, usd, budget_task });
     }
-    if verb != Verb::Steer {
+    if verb != Name::Steer {
         return Ok(Asked { by, msg: None, interrupt: false, usd: None, budget_task: None });
     }
     let msg = field_str(&body, "msg")
@@ -142,7 +142,7 @@ pub async fn verb(
     api: Arc<Api>,
     run: RunId,
     task: Option<TaskId>,
-    verb: Verb,
+    verb: Name,
     req: hyper::Request<Incoming>,
     peer: Option<u32>,
 ) -> Result<Response<Body>, Response<Body>> {
@@ -158,21 +158,10 @@ pub async fn verb(
     let journal = pointer.journal_path();
     // The refusal, recorded in the run's journal, as its HTTP answer.
     let refused = |(status, detail): Refusal, by: Option<String>, msg: Option<String>| {
-        let journal = journal.clone();
-        let task = task.clone();
-        async move {
-            let detail_rec = format!("{detail} ({})", status.as_u16());
-            let by = by.unwrap_or_else(|| "api".into());
-            let rec = crate::state::audit::record(verb, task, msg.as_deref(), &by, &detail_rec);
-            match super::blocking(move || crate::state::audit::refused(&journal, rec)).await {
-                Ok(Ok(())) => error_response(status, detail),
-                Ok(Err(e)) => error_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("{detail}; and this refusal could not be journaled: {e}"),
-                ),
-                Err(r) => r,
-            }
-        }
+        let detail_rec = format!("{detail} ({})", status.as_u16());
+        let by = by.unwrap_or_else(|| "api".into());
+        let rec = crate::state::audit::record(verb.spec().journaled, task.clone(), msg.as_deref(), &by, &detail_rec);
+        on_record(journal.clone(), rec, (status, detail))
     };
     let Asked { by, msg, interrupt, usd, budget_task } = match asked(verb, req).await {
         Ok(a) => a,
@@ -188,8 +177,10 @@ pub async fn verb(
     if pointer.plane == Plane::Dynwf {
         // The inbox records both ways: `queued` with the entry's id, or `refused`.
         let task2 = task.clone();
-        let result =
-            super::blocking(move || crate::state::inbox::append(&pointer, verb, task2, msg, interrupt, &by)).await?;
+        let result = super::blocking(move || {
+            crate::state::inbox::append(&pointer, verb.spec().journaled, task2, msg, interrupt, &by)
+        })
+        .await?;
         return match result {
             Ok(entry) => Ok(json_response(
                 StatusCode::OK,
@@ -209,14 +200,14 @@ pub async fn verb(
     };
     // A kill answers once the task's group is gone: the run's kill grace plus a margin.
     let budget = match verb {
-        Verb::Kill => kill_grace + timeouts::KILL_ANSWER_MARGIN,
+        Name::Kill => kill_grace + timeouts::KILL_ANSWER_MARGIN,
         _ => timeouts::VERB_ANSWER,
     };
     // The supervisor records what it answers, refusals included; the API records only the refusal
     // of a run nobody supervises.
     let by = request.by().map(str::to_string);
-    let msg = match &request {
-        Request::Steer { msg, .. } => Some(msg.clone()),
+    let msg = match &request.act {
+        Act::Steer(s) => Some(s.msg.clone()),
         _ => None,
     };
     let reply = match relay(&sock, &request, budget, &run, verb, &uid).await {
@@ -224,11 +215,27 @@ pub async fn verb(
         Relay::NotLive(detail) => return Err(refused((StatusCode::CONFLICT, detail), by, msg).await),
         Relay::Failed(r) => return Err(r),
     };
+    answered(reply)
+}
+
+/// The supervisor's reply as the HTTP answer: its refusals pass through with their status.
+fn answered(reply: Reply) -> Result<Response<Body>, Response<Body>> {
     match reply {
         Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
         Reply::Refused(r) => {
-            Err(error_response(StatusCode::from_u16(r.status).unwrap_or(StatusCode::CONFLICT), r.detail))
+            Err(error_response(StatusCode::from_u16(r.kind.status()).unwrap_or(StatusCode::CONFLICT), r.detail))
         }
+    }
+}
+
+/// Records a refusal found here in the run's journal, then answers it; a refusal that cannot be
+/// recorded is answered 500, saying so.
+async fn on_record(journal: PathBuf, rec: ControlRecord, (status, detail): Refusal) -> Response<Body> {
+    let d = detail.clone();
+    match super::blocking(move || crate::state::audit::on_record_at(&journal, rec, &d)).await {
+        Ok(Ok(())) => error_response(status, detail),
+        Ok(Err(e)) => error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(r) => r,
     }
 }
 
@@ -248,7 +255,7 @@ async fn relay(
     request: &Request,
     budget: std::time::Duration,
     run: &RunId,
-    verb: Verb,
+    verb: Name,
     uid: &str,
 ) -> Relay {
     match control::request(sock, request, budget).await {
@@ -270,7 +277,7 @@ async fn relay(
 }
 
 /// Logs a verb asked of `run` in plain strings, so `journalctl RUN_ID=… TASK=… VERB=…` finds it.
-fn log_verb(run: &RunId, task: Option<&TaskId>, verb: Verb, uid: &str, by: &str) {
+fn log_verb(run: &RunId, task: Option<&TaskId>, verb: Name, uid: &str, by: &str) {
     match task {
         Some(t) => {
             tracing::info!(RUN_ID = %run, TASK = t.as_str(), VERB = verb.as_str(), PEER_UID = %uid, by = %by, "verb")
@@ -280,21 +287,25 @@ fn log_verb(run: &RunId, task: Option<&TaskId>, verb: Verb, uid: &str, by: &str)
 }
 
 /// The control-socket request for `verb` as asked; `None` when the verb is not one of this route.
-fn request_of(verb: Verb, task: Option<TaskId>, a: &Asked) -> Option<Request> {
-    let by = Some(a.by.clone());
-    Some(match (verb, task) {
-        (Verb::Steer, Some(task)) => {
-            Request::Steer { task, msg: a.msg.clone().unwrap_or_default(), interrupt: a.interrupt.then_some(true), by }
+fn request_of(verb: Name, task: Option<TaskId>, a: &Asked) -> Option<Request> {
+    let act = match (verb, task) {
+        (Name::Steer, Some(task)) => Act::Steer(control::Steer {
+            task,
+            msg: a.msg.clone().unwrap_or_default(),
+            interrupt: a.interrupt.then_some(true),
+        }),
+        (Name::Kill, Some(task)) => Act::Kill(control::Kill { task }),
+        (Name::Interrupt, Some(task)) => Act::Interrupt(control::Interrupt { task }),
+        (Name::Pause, _) => Act::Pause(control::Pause),
+        (Name::Resume, _) => Act::Resume(control::Resume),
+        (Name::Stop, _) => Act::Stop(control::Stop),
+        (Name::End, _) => Act::End(control::End),
+        (Name::Budget, _) => {
+            Act::Budget(control::Budget { usd: a.usd.unwrap_or_default(), task: a.budget_task.clone() })
         }
-        (Verb::Kill, Some(task)) => Request::Kill { task, by },
-        (Verb::Interrupt, Some(task)) => Request::Interrupt { task, by },
-        (Verb::Pause, _) => Request::Pause { by },
-        (Verb::Resume, _) => Request::Resume { by },
-        (Verb::Stop, _) => Request::Stop { by },
-        (Verb::End, _) => Request::End { by },
-        (Verb::Budget, _) => Request::Budget { usd: a.usd.unwrap_or_default(), task: a.budget_task.clone(), by },
-        (Verb::Steer | Verb::Kill | Verb::Interrupt | Verb::Other, _) => return None,
-    })
+        (Name::Steer | Name::Kill | Name::Interrupt | Name::Status | Name::Ask | Name::Decide, _) => return None,
+    };
+    Some(Request::new(act, Some(a.by.clone())))
 }
 
 /// `POST /runs/:runId/tasks/:tid/approvals/:id {"decision":"allow"|"deny","message"?,"by"?}`: the
@@ -320,25 +331,14 @@ pub async fn decide(
     };
     let journal = pointer.journal_path();
     let refused = |(status, detail): Refusal, by: Option<String>| {
-        let journal = journal.clone();
-        let task = task.clone();
-        async move {
-            let rec = crate::state::audit::record(
-                Verb::Other,
-                Some(task),
-                None,
-                &by.unwrap_or_else(|| "api".into()),
-                &format!("decide: {detail} ({})", status.as_u16()),
-            );
-            match super::blocking(move || crate::state::audit::refused(&journal, rec)).await {
-                Ok(Ok(())) => error_response(status, detail),
-                Ok(Err(e)) => error_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("{detail}; and this refusal could not be journaled: {e}"),
-                ),
-                Err(r) => r,
-            }
-        }
+        let rec = crate::state::audit::record(
+            Verb::Other,
+            Some(task.clone()),
+            None,
+            &by.unwrap_or_else(|| "api".into()),
+            &format!("decide: {detail} ({})", status.as_u16()),
+        );
+        on_record(journal.clone(), rec, (status, detail))
     };
     let body = match json_body(req, &["decision", "message", "by"]).await {
         Ok(b) => b,
@@ -371,7 +371,8 @@ pub async fn decide(
     }
     tracing::info!(RUN_ID = %run, TASK = task.as_str(), VERB = "decide", APPROVAL = %id, by = %by, "decision");
     let sock = api.durable.home.socket_path(&run);
-    let request = Request::Decide { task: task.clone(), id, allow, message, by: Some(by.clone()) };
+    let request =
+        Request::new(Act::Decide(control::Decide { task: task.clone(), id, allow, message }), Some(by.clone()));
     let reply = match control::request(&sock, &request, timeouts::VERB_ANSWER).await {
         Ok(reply) => reply,
         Err(control::ClientError::NoAnswer { after, .. }) => {
@@ -389,12 +390,7 @@ pub async fn decide(
         }
         Err(e) => return Err(error_response(StatusCode::CONFLICT, format!("run not supervised / not live: {e}"))),
     };
-    match reply {
-        Reply::Done(answer) => Ok(json_response(StatusCode::OK, &answer)),
-        Reply::Refused(r) => {
-            Err(error_response(StatusCode::from_u16(r.status).unwrap_or(StatusCode::CONFLICT), r.detail))
-        }
-    }
+    answered(reply)
 }
 
 /// An inbox refusal as its HTTP answer.
@@ -404,7 +400,7 @@ fn inbox_error(e: crate::state::inbox::InboxError) -> Response<Body> {
         InboxError::Invalid(_) => StatusCode::BAD_REQUEST,
         InboxError::UnknownTask(_) => StatusCode::NOT_FOUND,
         InboxError::Refused(_) => StatusCode::CONFLICT,
-        InboxError::Io { .. } | InboxError::Journal(_) | InboxError::Plan(_) | InboxError::Unrecorded { .. } => {
+        InboxError::Io { .. } | InboxError::Journal(_) | InboxError::Plan(_) | InboxError::Unrecorded(_) => {
             tracing::error!(error = %e, "inbox append failed");
             StatusCode::INTERNAL_SERVER_ERROR
         }

@@ -193,7 +193,7 @@ pub(super) fn clean(run: &str, force: bool) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;
     let sock = home.socket_path(&p.run_id);
-    if crate::supervisor::control::is_live(&sock) {
+    if crate::control::is_live(&sock) {
         return Err(CliError::Failed(format!(
             "run {} is live: its supervisor removes its worktrees when the run ends (`harness stop {}` first)",
             p.run_id, p.run_id

@@ -14,6 +14,7 @@ mod top;
 
 use crate::client::Client;
 use crate::config;
+use crate::control::{self, Act};
 use crate::engine::Adapter;
 use crate::os::home::Home;
 use crate::state::journal::Verb;
@@ -679,8 +680,8 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Pause { run, api } => remote::run_verb(&api.client()?, &run, "pause"),
         Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
         Cmd::Budget { run, usd, task, api } => remote::budget(&api.client()?, &run, usd, task),
-        Cmd::Stop { run } => remote::control_verb(&run, remote::SocketVerb::Stop),
-        Cmd::Status { run } => remote::control_verb(&run, remote::SocketVerb::Status),
+        Cmd::Stop { run } => remote::control_verb(&run, Act::Stop(control::Stop)),
+        Cmd::Status { run } => remote::control_verb(&run, Act::Status(control::Status)),
         Cmd::Clean { run, force } => local::clean(&run, force),
         Cmd::Prune { finished_before, logs_only, dry_run, json } => {
             local::prune(finished_before.as_deref(), logs_only, dry_run, json)
@@ -703,7 +704,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             let how = start::How { supervised: true, foreground, register_only: false };
             start::run_plan(&plan, Some(cwd), None, None, how, &tuning)
         }
-        Cmd::Session(SessionCmd::End { run }) => remote::control_verb(&run, remote::SocketVerb::End),
+        Cmd::Session(SessionCmd::End { run }) => remote::control_verb(&run, Act::End(control::End)),
         Cmd::ApprovalMcp { socket, task, wait } => {
             let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
             crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))

@@ -5,8 +5,8 @@
 use super::error::{CliError, during, usage};
 use super::local::{home, pointer};
 use crate::client::Client;
+use crate::control::{self, Act, Reply, Request};
 use crate::ids::{RunId, TaskId};
-use crate::supervisor::control::{self, Reply, Request};
 use crate::term::{out, out_raw, print_json};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -265,22 +265,12 @@ pub(super) fn budget(c: &Client, run: &str, usd: f64, task: Option<String>) -> R
 }
 
 /// The verbs the CLI sends straight to the supervisor's socket.
-pub(super) enum SocketVerb {
-    Stop,
-    Status,
-    End,
-}
-
-pub(super) fn control_verb(run: &str, verb: SocketVerb) -> Result<(), CliError> {
+/// Sends `act` (a verb without a task: stop, status, end) to the run's supervisor socket.
+pub(super) fn control_verb(run: &str, act: Act) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;
     let sock = home.socket_path(&p.run_id);
-    let by = Some("cli".to_string());
-    let req = match verb {
-        SocketVerb::Stop => Request::Stop { by },
-        SocketVerb::Status => Request::Status { by },
-        SocketVerb::End => Request::End { by },
-    };
+    let req = Request::new(act, Some("cli".to_string()));
     let reply = client_rt()?
         .block_on(control::request(&sock, &req, crate::timeouts::CLI_CONTROL_ANSWER))
         .map_err(|e| CliError::Failed(format!("run {} is not live ({e})", p.run_id)))?;

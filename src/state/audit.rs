@@ -8,10 +8,25 @@ use crate::ids::TaskId;
 use crate::state::journal::{ControlRecord, Journal, JournalError, Outcome, Record, Verb};
 use std::path::Path;
 
-/// Appends `rec` (a refusal) to the journal at `journal`.
-pub fn refused(journal: &Path, rec: ControlRecord) -> Result<(), JournalError> {
+/// A refusal that could not be put on the record: the answer says so (the refusal stands).
+#[derive(Debug, thiserror::Error)]
+#[error("{refusal}; and this refusal could not be journaled: {source}")]
+pub struct Unrecorded {
+    pub refusal: String,
+    pub source: JournalError,
+}
+
+/// Appends `rec`, the record of the refusal whose answer says `refusal`, to `journal`. Every side
+/// that refuses (socket, scheduler, API, inbox) records through here.
+pub fn on_record(journal: &Journal, rec: ControlRecord, refusal: &str) -> Result<(), Unrecorded> {
     debug_assert_eq!(rec.outcome, Outcome::Refused);
-    Journal::open(journal)?.append(&rec.into()).map(|_| ())
+    journal.append(&rec.into()).map(|_| ()).map_err(|source| Unrecorded { refusal: refusal.to_string(), source })
+}
+
+/// `on_record` for the journal at `path`.
+pub fn on_record_at(path: &Path, rec: ControlRecord, refusal: &str) -> Result<(), Unrecorded> {
+    let journal = Journal::open(path).map_err(|source| Unrecorded { refusal: refusal.to_string(), source })?;
+    on_record(&journal, rec, refusal)
 }
 
 /// The refusal record for a request whose parts are known to this extent.

@@ -49,8 +49,8 @@ pub enum InboxError {
     #[error(transparent)]
     Plan(#[from] crate::state::plan::PlanError),
     /// Refused, and the refusal could not be journaled.
-    #[error("{refusal}; and this refusal could not be journaled: {source}")]
-    Unrecorded { refusal: String, source: journal::JournalError },
+    #[error(transparent)]
+    Unrecorded(#[from] crate::state::audit::Unrecorded),
 }
 
 fn refused(detail: impl Into<String>) -> InboxError {
@@ -76,9 +76,9 @@ pub fn append(
     let journal = Journal::open(&p.journal_path())?;
     let refuse = |e: InboxError| -> InboxError {
         let rec = crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &e.to_string());
-        match journal.append(&rec.into()) {
-            Ok(_) => e,
-            Err(je) => InboxError::Unrecorded { refusal: e.to_string(), source: je },
+        match crate::state::audit::on_record(&journal, rec, &e.to_string()) {
+            Ok(()) => e,
+            Err(u) => u.into(),
         }
     };
     let seat = check(p, verb, task.as_ref(), msg.as_deref()).map_err(&refuse)?;
@@ -123,9 +123,9 @@ pub fn append(
             id: Some(entry.id.clone()),
             ..crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &format!("not queued: {e}"))
         };
-        return Err(match journal.append(&rec.into()) {
-            Ok(_) => e,
-            Err(je) => InboxError::Unrecorded { refusal: e.to_string(), source: je },
+        return Err(match crate::state::audit::on_record(&journal, rec, &e.to_string()) {
+            Ok(()) => e,
+            Err(u) => u.into(),
         });
     }
     Ok(entry)

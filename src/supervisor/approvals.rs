@@ -8,9 +8,9 @@
 //! and silently drops any later one): a decision is recorded under the journal's lock only while the
 //! approval is `pending`, and only then delivered to whoever waits for it.
 
-use super::control::{Refusal, Reply, refuse};
 use super::live::LiveCmd;
 use super::pipeline::Ctx;
+use crate::control::{Refusal, Reply};
 use crate::ids::TaskId;
 use crate::state::journal::{ApprovalRecord, ApprovalState, ApprovalView, JournalError};
 use serde_json::{Value, json};
@@ -144,16 +144,17 @@ pub(crate) fn decide(ctx: &Ctx, task: &TaskId, id: &str, decision: &Decision) ->
     let appended = tokio::task::block_in_place(|| {
         ctx.journal.append_checked(&rec.into(), |v| {
             why = match v.approvals.get(id) {
-                None => Some(refuse(404, format!("run {} has no approval {id}", ctx.run_id))),
+                None => Some(Refusal::unknown_task(format!("run {} has no approval {id}", ctx.run_id))),
                 Some(a) if &a.task != task => {
-                    Some(refuse(404, format!("approval {id} is task {}'s, not {task}'s", a.task)))
+                    Some(Refusal::unknown_task(format!("approval {id} is task {}'s, not {task}'s", a.task)))
                 }
-                Some(a) if a.state != ApprovalState::Pending => Some(refuse(
-                    409,
-                    format!("approval {id} is already {} (by {})", state_str(a.state), a.by.as_deref().unwrap_or("?")),
-                )),
+                Some(a) if a.state != ApprovalState::Pending => Some(Refusal::by_state(format!(
+                    "approval {id} is already {} (by {})",
+                    state_str(a.state),
+                    a.by.as_deref().unwrap_or("?")
+                ))),
                 Some(_) if !ctx.approvals.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id) => {
-                    Some(refuse(409, format!("approval {id}: its turn is gone (nobody waits for it)")))
+                    Some(Refusal::by_state(format!("approval {id}: its turn is gone (nobody waits for it)")))
                 }
                 Some(_) => None,
             };
@@ -166,11 +167,11 @@ pub(crate) fn decide(ctx: &Ctx, task: &TaskId, id: &str, decision: &Decision) ->
     match (appended, why) {
         (Ok(_), _) => {}
         (Err(_), Some(r)) => return Err(r),
-        (Err(e), None) => return Err(refuse(500, format!("journal append failed, nothing was decided: {e}"))),
+        (Err(e), None) => return Err(Refusal::unrecorded(format!("journal append failed, nothing was decided: {e}"))),
     }
     deliver(ctx, id, decision);
     let view = ctx.journal.view().ok().and_then(|v| v.approvals.get(id).cloned());
-    view.ok_or_else(|| refuse(500, format!("approval {id} decided but not found in the journal")))
+    view.ok_or_else(|| Refusal::unrecorded(format!("approval {id} decided but not found in the journal")))
 }
 
 /// Hands a recorded decision to the approval's waiter (and forgets it).
@@ -184,10 +185,10 @@ pub(crate) fn deliver(ctx: &Ctx, id: &str, decision: &Decision) {
         }
         Some(Waiter::Live { .. }) => {}
         Some(Waiter::Socket { reply }) => {
-            let _ = reply.send(Reply::Done(super::control::Answer::Ask {
+            let _ = reply.send(Reply::Done(crate::control::Answer::Ask {
                 decision: decision.answer(),
                 id: id.into(),
-                ok: super::control::True,
+                ok: crate::control::True,
             }));
         }
         None => {}

@@ -5,7 +5,7 @@
 //! (journaled) and resumes a run its spend no longer holds.
 
 use super::Scheduler;
-use super::control::{Answer, Refusal, True, refuse};
+use crate::control::{Answer, Refusal, True};
 use crate::engine::usage::Usage;
 use crate::ids::TaskId;
 use crate::state::journal::{ControlRecord, Outcome, Record, RunEvent, RunView, Verb};
@@ -69,14 +69,14 @@ impl Scheduler {
         if let Some(t) = task
             && self.ctx.plan.task(t).is_none()
         {
-            return Err(refuse(404, format!("run {} has no task {t}", self.ctx.run_id)));
+            return Err(Refusal::unknown_task(format!("run {} has no task {t}", self.ctx.run_id)));
         }
         self.journal_control(ControlRecord {
             task: task.cloned(),
             usd: Some(usd),
             ..Record::control(Verb::Budget, by, Outcome::Accepted)
         })?;
-        let view = self.view().map_err(|e| refuse(500, format!("journal unreadable: {e}")))?;
+        let view = self.view().map_err(|e| Refusal::unrecorded(format!("journal unreadable: {e}")))?;
         let (still, spent) = self.crossed(&view);
         let whose = task.map_or("the run's".to_string(), |t| format!("task {t}'s"));
         let by_budget = view.pause.as_ref().is_some_and(|(who, _)| who == "budget");
@@ -85,7 +85,7 @@ impl Scheduler {
                 self.ctx
                     .journal
                     .append(&Record::run(RunEvent::Resumed, by, Some(format!("{whose} budget set to ${usd}"))))
-                    .map_err(|e| refuse(500, format!("journal append failed: {e}")))?;
+                    .map_err(|e| Refusal::unrecorded(format!("journal append failed: {e}")))?;
                 self.paused = false;
                 if let Some(p) = &self.ctx.liveness {
                     let _ = crate::state::liveness::update(p, &self.ctx.run_id, |l| l.paused = false);

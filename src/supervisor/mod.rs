@@ -9,7 +9,6 @@
 
 mod approvals;
 mod budget;
-pub mod control;
 mod keeper;
 pub mod kill;
 mod live;
@@ -17,9 +16,11 @@ mod notifier;
 mod pipeline;
 mod ratelimit;
 mod recover;
+mod socket;
 mod stall;
 mod verbs;
 
+use crate::control::{self, Refusal, Reply};
 use crate::ids::{RunId, TaskId};
 use crate::os::home::{Home, HomeError};
 use crate::state::journal::{
@@ -29,8 +30,8 @@ use crate::state::liveness::{self, LivenessError};
 use crate::state::plan::{Plan, PlanError};
 use crate::state::registry::{self, RegistryError};
 use crate::timeouts;
-use control::{Envelope, Reply, refuse};
 use pipeline::{Ctx, End, Proc, Start};
+use socket::Envelope;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -376,7 +377,7 @@ impl Scheduler {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<Ending, SupervisorError> {
         let (tx, mut rx) = mpsc::channel::<Envelope>(64);
-        let inflight = control::InFlight::default();
+        let inflight = socket::InFlight::default();
         let server = match listener.take() {
             Some(l) => {
                 let path = l.local_addr().ok().and_then(|a| a.as_pathname().map(PathBuf::from)).unwrap_or_default();
@@ -384,7 +385,7 @@ impl Scheduler {
                 let l = tokio::net::UnixListener::from_std(l)
                     .map_err(io_error("cannot serve the control socket", &path))?;
                 let journal: Arc<std::path::Path> = Arc::from(self.ctx.journal.path());
-                Some(tokio::spawn(control::serve(l, tx.clone(), inflight.clone(), journal)))
+                Some(tokio::spawn(socket::serve(l, tx.clone(), inflight.clone(), journal)))
             }
             None => None,
         };
@@ -423,12 +424,8 @@ impl Scheduler {
         }
         rx.close();
         while let Ok(env) = rx.try_recv() {
-            let refusal = refuse(409, "run not live: the supervisor has ended");
-            let rec = control::Sketch::of(&env.req).record(&refusal);
-            let refusal = match self.ctx.journal.append(&rec.into()) {
-                Ok(_) => refusal,
-                Err(e) => refuse(500, format!("{}; and this refusal could not be journaled: {e}", refusal.detail)),
-            };
+            let refusal = Refusal::by_state("run not live: the supervisor has ended");
+            let refusal = control::Sketch::of(&env.req).journal(&self.ctx.journal, refusal);
             let _ = env.reply.send(refusal.into());
         }
         // Asked calls still waiting: their turns end with this supervisor.

@@ -2,16 +2,15 @@
 //! and steer, each decided against the journal and journaled — refusals included — before it is
 //! answered. Kill answers once the task's pipeline has ended (`finished` in `mod.rs` sends it).
 
-use super::control::{Answer, Delivery, Envelope, Refusal, Reply, Request, Shown, TaskStatus, True, refuse};
 use super::live::LiveCmd;
+use super::socket::Envelope;
 use super::{PendingKill, Scheduler, kill};
+use crate::control::{self, Act, Answer, DEFAULT_BY, Delivery, Refusal, Reply, Shown, Sketch, TaskStatus, True};
 use crate::ids::TaskId;
 use crate::state::journal::{self, ControlRecord, Outcome, Record, RunEvent, Verb};
 use crate::state::liveness;
 use std::time::Instant;
 use tokio::sync::oneshot;
-
-use super::control::{DEFAULT_BY, Sketch};
 
 impl Scheduler {
     pub(super) fn journal_control(&self, rec: ControlRecord) -> Result<(), Refusal> {
@@ -19,7 +18,7 @@ impl Scheduler {
             .journal
             .append(&rec.into())
             .map(|_| ())
-            .map_err(|e| refuse(500, format!("journal append failed, nothing was done: {e}")))
+            .map_err(|e| Refusal::unrecorded(format!("journal append failed, nothing was done: {e}")))
     }
 
     /// Answers one request (kill: once its task's pipeline has ended).
@@ -33,12 +32,12 @@ impl Scheduler {
             None => tracing::info!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), by = %by, "control verb"),
         }
         self.idle_since = None;
-        let answer: Result<Answer, Refusal> = match &req {
-            Request::Status { .. } => Ok(self.status()),
-            Request::Pause { .. } => self.pause(true, &by),
-            Request::Resume { .. } => self.pause(false, &by),
-            Request::Stop { .. } => self.stop(&by),
-            Request::Kill { task, .. } => match self.kill(task, &by) {
+        let answer: Result<Answer, Refusal> = match &req.act {
+            Act::Status(_) => Ok(self.status()),
+            Act::Pause(_) => self.pause(true, &by),
+            Act::Resume(_) => self.pause(false, &by),
+            Act::Stop(_) => self.stop(&by),
+            Act::Kill(control::Kill { task }) => match self.kill(task, &by) {
                 Ok(Some(answer)) => Ok(answer),
                 Ok(None) => {
                     let started = Instant::now();
@@ -47,48 +46,33 @@ impl Scheduler {
                 }
                 Err(r) => Err(r),
             },
-            Request::Steer { task, msg, interrupt, .. } => self.steer(task, msg, interrupt.unwrap_or(false), &by),
-            Request::Interrupt { task, .. } => self.interrupt_turn(task, &by),
-            Request::End { .. } => self.end_session(&by),
-            Request::Budget { usd, task, .. } => self.set_budget(*usd, task.as_ref(), &by),
-            Request::Ask { task, tool, input, tool_use_id, .. } => {
+            Act::Steer(control::Steer { task, msg, interrupt }) => {
+                self.steer(task, msg, interrupt.unwrap_or(false), &by)
+            }
+            Act::Interrupt(control::Interrupt { task }) => self.interrupt_turn(task, &by),
+            Act::End(_) => self.end_session(&by),
+            Act::Budget(control::Budget { usd, task }) => self.set_budget(*usd, task.as_ref(), &by),
+            Act::Ask(control::Ask { task, tool, input, tool_use_id }) => {
                 match self.ask(task, (tool, input), tool_use_id.as_deref(), reply) {
                     Ok(()) => return, // answered now or when decided
                     Err((r, reply)) => {
-                        let rec = Sketch::of(&req).record(&r);
-                        let r = self.journal_control(rec).map(|_| r).unwrap_or_else(|e| e);
-                        let _ = reply.send(r.into());
+                        let _ = reply.send(Sketch::of(&req).journal(&self.ctx.journal, r).into());
                         return;
                     }
                 }
             }
-            Request::Decide { task, id, allow, message, .. } => {
+            Act::Decide(control::Decide { task, id, allow, message }) => {
                 let d = super::approvals::Decision { allow: *allow, message: message.clone(), by: by.clone() };
-                super::approvals::decide(&self.ctx, task, id, &d)
-                    .map(|approval| Answer::Decide {
-                        detail: format!("{} by {by}", if *allow { "allowed" } else { "denied" }),
-                        approval: Box::new(approval),
-                        ok: True,
-                    })
-                    .map_err(|r| {
-                        // 400/404 are recorded below; a refusal by state is recorded here.
-                        if r.status == 409 {
-                            let rec = Sketch::of(&req).record(&r);
-                            return self.journal_control(rec).map(|_| r).unwrap_or_else(|e| e);
-                        }
-                        r
-                    })
+                super::approvals::decide(&self.ctx, task, id, &d).map(|approval| Answer::Decide {
+                    detail: format!("{} by {by}", if *allow { "allowed" } else { "denied" }),
+                    approval: Box::new(approval),
+                    ok: True,
+                })
             }
         };
-        // The verbs record their refusals by state (409) themselves, under the journal lock; a
-        // request's own faults (400 malformed, 404 unknown task) are recorded here.
-        let answer = match answer {
-            Err(r) if matches!(r.status, 400 | 404) => {
-                let rec = Sketch::of(&req).record(&r);
-                Err(self.journal_control(rec).map(|_| r).unwrap_or_else(|e| e))
-            }
-            a => a,
-        };
+        // A verb that refused by state under the journal lock recorded it there; every other
+        // refusal is recorded here, before the answer.
+        let answer = answer.map_err(|r| Sketch::of(&req).journal(&self.ctx.journal, r));
         let _ = reply.send(answer.map_or_else(Reply::from, Reply::from));
     }
 
@@ -133,7 +117,7 @@ impl Scheduler {
             self.ctx
                 .journal
                 .append(&Record::run(event, by, None))
-                .map_err(|e| refuse(500, format!("journal append failed: {e}")))?;
+                .map_err(|e| Refusal::unrecorded(format!("journal append failed: {e}")))?;
             self.paused = pause;
             if let Some(p) = &self.ctx.liveness {
                 let _ = liveness::update(p, &self.ctx.run_id, |l| l.paused = pause);
@@ -171,7 +155,11 @@ impl Scheduler {
     }
 
     fn task_of(&self, id: &TaskId) -> Result<crate::state::plan::Task, Refusal> {
-        self.ctx.plan.task(id).cloned().ok_or_else(|| refuse(404, format!("run {} has no task {id}", self.ctx.run_id)))
+        self.ctx
+            .plan
+            .task(id)
+            .cloned()
+            .ok_or_else(|| Refusal::unknown_task(format!("run {} has no task {id}", self.ctx.run_id)))
     }
 
     /// Journals the kill and signals the task's group. `Ok(None)`: the answer comes when the
@@ -228,7 +216,7 @@ impl Scheduler {
 
     fn steer(&mut self, id: &TaskId, msg: &str, interrupt: bool, by: &str) -> Result<Answer, Refusal> {
         let task = self.task_of(id)?;
-        journal::check_steer_msg(msg).map_err(|e| refuse(400, e))?;
+        journal::check_steer_msg(msg).map_err(Refusal::malformed)?;
         let running = self.running(&task.id);
         let steer_id = uuid::Uuid::new_v4().to_string();
         let refused = |detail: String| ControlRecord {
@@ -257,9 +245,11 @@ impl Scheduler {
             (Ok(_), _) => {}
             (Err(_), Some(detail)) => {
                 self.journal_control(refused(detail.clone()))?;
-                return Err(refuse(409, detail));
+                return Err(Refusal::by_state(detail).recorded());
             }
-            (Err(e), None) => return Err(refuse(500, format!("journal append failed, nothing was queued: {e}"))),
+            (Err(e), None) => {
+                return Err(Refusal::unrecorded(format!("journal append failed, nothing was queued: {e}")));
+            }
         }
         // A live task whose turn runs: the message goes into the turn itself.
         let live = self.ctx.plan.is_live(&task)
@@ -301,7 +291,8 @@ impl Scheduler {
             Err(r) => return Err((r, reply)),
         };
         if !self.running(&task.id) {
-            return Err((refuse(409, format!("task {} has no turn running: nothing to ask for", task.id)), reply));
+            let detail = format!("task {} has no turn running: nothing to ask for", task.id);
+            return Err((Refusal::by_state(detail), reply));
         }
         let id = uuid::Uuid::new_v4().to_string();
         let (tool, input) = call;
@@ -309,7 +300,7 @@ impl Scheduler {
         let waiter = super::approvals::Waiter::Socket { reply: decided_tx };
         match super::approvals::ask(&self.ctx, &task.id, &id, (tool, input), "mcp", waiter) {
             Err(e) => {
-                return Err((refuse(500, format!("journal append failed, nothing was asked: {e}")), reply));
+                return Err((Refusal::unrecorded(format!("journal append failed, nothing was asked: {e}")), reply));
             }
             Ok(super::approvals::Asked::Now(d)) => {
                 let _ = reply.send(Reply::Done(Answer::Ask { decision: d.answer(), id, ok: True }));
@@ -352,7 +343,7 @@ impl Scheduler {
                 detail: Some(format!("{detail} (409)")),
                 ..Record::control(Verb::End, by, Outcome::Refused)
             })?;
-            return Err(refuse(409, detail));
+            return Err(Refusal::by_state(detail).recorded());
         };
         let live = self.send_live(&task, || LiveCmd::End { by: by.to_string() });
         self.journal_control(ControlRecord {
@@ -386,7 +377,7 @@ impl Scheduler {
                 detail: Some(format!("{detail} (409)")),
                 ..Record::control(Verb::Interrupt, by, Outcome::Refused)
             })?;
-            Err(refuse(409, detail))
+            Err(Refusal::by_state(detail).recorded())
         };
         if !self.ctx.plan.is_live(&task) {
             return refused(

@@ -98,7 +98,7 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
             .map(|m| m.iter().filter(|(_, t)| t["state"] == "halted").map(|(k, _)| k.clone()).collect())
             .unwrap_or_default();
         let sock = b.sock();
-        let live = harness::supervisor::control::is_live(&sock);
+        let live = harness::control::is_live(&sock);
         if live {
             for t in &halted {
                 let pending =
@@ -123,7 +123,7 @@ fn chaos_run(seed: u64) -> HashMap<&'static str, u32> {
                 sup.child.wait().unwrap();
                 *done.entry("kill supervisor").or_default() += 1;
                 sup = supervise(&b, &["supervise", &run_id, "--kill-grace", "1s"]);
-                wait_for(Duration::from_secs(20), || harness::supervisor::control::is_live(&sock).then_some(()));
+                wait_for(Duration::from_secs(20), || harness::control::is_live(&sock).then_some(()));
             }
             3..=4 if live => {
                 // SIGKILL one running wrapper.

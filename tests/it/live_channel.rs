@@ -224,7 +224,7 @@ fn start_session(l: &Live, args: &[&str]) -> Proc {
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(l.b.dir.path().join("supervisor.log")).unwrap());
     let p = Proc { child: cmd.spawn().unwrap() };
-    wait_for(T, || (l.b.try_run_id().is_some() && harness::supervisor::control::is_live(&l.b.sock())).then_some(()))
+    wait_for(T, || (l.b.try_run_id().is_some() && harness::control::is_live(&l.b.sock())).then_some(()))
         .unwrap_or_else(|| panic!("the session never started: {}", l.b.supervisor_log()));
     p
 }

@@ -117,8 +117,7 @@ fn every_route_answers_as_openapi_yaml_says() {
         {"id":"L","wave":1,"adapter":"claude","prompt":"z","live":true,"approvals":"ask"}]}"#;
     let _sup = b.start_supervised(plan, "hang", &[]);
     wait_for(Duration::from_secs(30), || {
-        (b.try_run_id().is_some() && harness::supervisor::control::is_live(&b.sock()) && b.records().len() >= 3)
-            .then_some(())
+        (b.try_run_id().is_some() && harness::control::is_live(&b.sock()) && b.records().len() >= 3).then_some(())
     })
     .expect("live run");
     let api = ApiProc::start(&b.home(), &[]);

@@ -2,7 +2,7 @@
 //! about (the operation and the path or id), through the real binary.
 
 use crate::common::*;
-use harness::supervisor::control::{Answer, Reply, Request};
+use harness::control::{Answer, Reply, Request};
 
 /// The lines of the `jsonl` code blocks under "## Examples" in spec/CONTROL.md: (requests, replies).
 fn spec_examples() -> (Vec<String>, Vec<String>) {

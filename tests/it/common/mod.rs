@@ -417,7 +417,7 @@ impl Bench {
             .unwrap();
         let proc = Proc { child };
         wait_for(Duration::from_secs(30), || {
-            (self.try_run_id().is_some() && harness::supervisor::control::is_live(&self.sock())).then_some(())
+            (self.try_run_id().is_some() && harness::control::is_live(&self.sock())).then_some(())
         })
         .unwrap_or_else(|| panic!("supervisor never opened its socket: {}", self.supervisor_log()));
         proc
