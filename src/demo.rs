@@ -106,16 +106,14 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
     let (_plan, pointer) = crate::runner::register(&home, &launch).map_err(|e| e.to_string())?;
     let id = pointer.run_id.clone();
     let engines = fixtures.join("engines");
-    let fake = |a: Adapter, name: &str| (a.binary_env().to_string(), engines.join(name).display().to_string());
-    let envs: Vec<(String, String)> = vec![
-        fake(Adapter::Claude, "fake-claude"),
-        fake(Adapter::Cursor, "fake-cursor-agent"),
-        fake(Adapter::Codex, "fake-codex"),
+    let fake = |a: &Adapter| (a.binary_env().to_string(), engines.join(a.fake_engine()).display().to_string());
+    let mut envs: Vec<(String, String)> = Adapter::ALL.iter().map(fake).collect();
+    envs.extend([
         ("HARNESS_FAKE_PACE".into(), pace.env().0),
         ("HARNESS_FAKE_SLOW_PACE".into(), pace.env().1),
         ("HARNESS_FAKE_WRITE".into(), "1".into()),
         ("HARNESS_WRAPPERS".into(), wrappers.display().to_string()),
-    ];
+    ]);
     let args = ["--linger", "10m", "--kill-grace", "2s"].map(String::from);
     // Bind the API before starting the run, so a busy port fails before anything runs.
     let std_listener = std::net::TcpListener::bind(listen)

@@ -68,7 +68,30 @@ impl Adapter {
     /// Its tool calls can be asked of the operator (`approvals: "ask"`) and limited by rules
     /// (`allowed_tools`, `approve`).
     pub fn asks_permissions(self) -> bool {
-        matches!(self, Adapter::Claude)
+        self.permission_env().is_some()
+    }
+
+    /// The environment variables through which its wrapper takes the task's permission settings
+    /// (`spec/WRAPPER-CONTRACT.md`); `None`: the engine asks no permissions.
+    pub fn permission_env(self) -> Option<PermissionEnv> {
+        match self {
+            Adapter::Claude => Some(PermissionEnv {
+                allowed_tools: "HARNESS_CLAUDE_ALLOWED_TOOLS",
+                mode: "HARNESS_CLAUDE_PERMISSION_MODE",
+                mcp_config: "HARNESS_CLAUDE_PERMISSION_MCP",
+            }),
+            Adapter::Cursor | Adapter::Codex => None,
+        }
+    }
+
+    /// Its fake engine under `fixtures/engines/` (a script replaying captured streams), which the
+    /// demo and the tests run in its place.
+    pub fn fake_engine(self) -> &'static str {
+        match self {
+            Adapter::Claude => "fake-claude",
+            Adapter::Cursor => "fake-cursor-agent",
+            Adapter::Codex => "fake-codex",
+        }
     }
 
     /// The environment variable that names the engine's binary for its wrapper.
@@ -79,6 +102,17 @@ impl Adapter {
             Adapter::Codex => "HARNESS_CODEX_BIN",
         }
     }
+}
+
+/// Where a wrapper reads a task's permission settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermissionEnv {
+    /// The tools the turn may use unasked (comma-separated rules).
+    pub allowed_tools: &'static str,
+    /// The engine's permission mode (`default` for a task that asks).
+    pub mode: &'static str,
+    /// The MCP config naming the permission tool a batch turn asks through.
+    pub mcp_config: &'static str,
 }
 
 impl fmt::Display for Adapter {

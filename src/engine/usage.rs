@@ -1,18 +1,9 @@
 //! What a task's turns used and cost, from its log alone: a pure, incremental fold over the log's
 //! complete lines (the engines' result lines and our exit markers). Decides nothing.
 //!
-//! Which engine field feeds each number (`spec/USAGE.md`):
-//! - **claude**: each `result` line is one turn. Its `usage` holds that turn's own tokens (summed over
-//!   the turn's model requests); its `total_cost_usd` (and `modelUsage`) are **cumulative over the
-//!   session**: across the turns of one process and — as measured with 2.1.332 — across `--resume`
-//!   processes of the same session, which restore it. So tokens are the sum of the turns' `usage`; the
-//!   cost is the session's last `total_cost_usd`, except that a process which did not carry the
-//!   session's total on (its first result's `modelUsage` tokens are below the session's so far plus
-//!   its own turn) adds its total instead.
-//! - **codex**: each `turn.completed` carries that turn's `usage`; no price: `cost_usd` is null and
-//!   `cost` says `tokens only`.
-//! - **cursor**: its `result` line carries neither tokens nor a price: tokens and cost are null
-//!   (`cost: not reported`), turns are counted.
+//! Which engine field feeds each number is each engine's own (`claude/usage.rs`, `codex/usage.rs`,
+//! `cursor/usage.rs`; `spec/USAGE.md`): claude prices its turns, codex reports tokens only, cursor
+//! neither. This module holds what they share: the line filter, the counts and the `Usage` view.
 //!
 //! A turn killed before its result line reports nothing; it is not counted.
 
@@ -103,40 +94,54 @@ fn add_f(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
+/// What every engine's turns add up to: turns, and tokens where the engine reports them
+/// (input, output, cache read, cache write).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counts {
+    pub turns: u64,
+    tokens: [u64; 4],
+    any_tokens: bool,
+}
+
+impl Counts {
+    /// Adds one turn's tokens; `reported`: the line carried a usage object at all.
+    pub(crate) fn add(&mut self, own: [u64; 4], reported: bool) {
+        for (t, o) in self.tokens.iter_mut().zip(own) {
+            *t += o;
+        }
+        self.any_tokens |= reported;
+    }
+
+    fn tokens(&self, i: usize) -> Option<u64> {
+        self.any_tokens.then_some(self.tokens[i])
+    }
+}
+
+/// Each engine's own fold (in its submodule).
+#[derive(Debug, Clone)]
+enum Fold {
+    Claude(super::claude::usage::Fold),
+    Codex,
+    Cursor,
+}
+
 /// The incremental fold: feed it the log's bytes as they grow; `usage()` at any point.
 #[derive(Debug, Clone)]
 pub struct Tally {
-    adapter: Adapter,
+    fold: Fold,
     /// Bytes of the log consumed (complete lines only).
     pub offset: u64,
-    turns: u64,
-    tokens: [u64; 4],
-    any_tokens: bool,
-    /// Cost of the sessions closed before the current one, and the current one's total so far.
-    cost_done: f64,
-    session: Option<String>,
-    session_cost: f64,
-    session_tokens: u64,
-    /// The current process has printed a result already (a later one continues its totals).
-    process_reported: bool,
-    priced: bool,
+    counts: Counts,
 }
 
 impl Tally {
     pub fn new(adapter: Adapter) -> Tally {
-        Tally {
-            adapter,
-            offset: 0,
-            turns: 0,
-            tokens: [0; 4],
-            any_tokens: false,
-            cost_done: 0.0,
-            session: None,
-            session_cost: 0.0,
-            session_tokens: 0,
-            process_reported: false,
-            priced: false,
-        }
+        let fold = match adapter {
+            Adapter::Claude => Fold::Claude(Default::default()),
+            Adapter::Codex => Fold::Codex,
+            Adapter::Cursor => Fold::Cursor,
+        };
+        Tally { fold, offset: 0, counts: Counts::default() }
     }
 
     /// Consumes the complete lines of `buf` (the log from `self.offset` on); a last line without its
@@ -150,103 +155,50 @@ impl Tally {
     }
 
     fn line(&mut self, line: &[u8]) {
-        let finder = |needle: &str| memchr::memmem::find(line, needle.as_bytes()).is_some();
         if line.starts_with(b"{\"harness\":\"exit\"") {
-            self.process_reported = false; // the next result is a new process's
+            if let Fold::Claude(f) = &mut self.fold {
+                f.process_ended();
+            }
             return;
         }
-        let interesting = match self.adapter {
-            Adapter::Claude | Adapter::Cursor => finder("\"type\":\"result\""),
-            Adapter::Codex => finder("\"type\":\"turn.completed\""),
+        let needle = match self.fold {
+            Fold::Claude(_) => super::claude::usage::NEEDLE,
+            Fold::Codex => super::codex::usage::NEEDLE,
+            Fold::Cursor => super::cursor::usage::NEEDLE,
         };
-        if !interesting {
+        // Most lines are deltas: only a line of the kind that carries numbers is parsed.
+        if memchr::memmem::find(line, needle.as_bytes()).is_none() {
             return;
         }
         let Ok(v) = serde_json::from_slice::<Value>(line) else { return };
-        match self.adapter {
-            Adapter::Claude if v["type"] == "result" => self.claude_result(&v),
-            Adapter::Cursor if v["type"] == "result" => self.turns += 1,
-            Adapter::Codex if v["type"] == "turn.completed" => {
-                self.turns += 1;
-                let u = &v["usage"];
-                self.tokens[0] += n(&u["input_tokens"]);
-                self.tokens[1] += n(&u["output_tokens"]);
-                self.tokens[2] += n(&u["cached_input_tokens"]);
-                self.tokens[3] += n(&u["cache_write_input_tokens"]);
-                self.any_tokens |= u.is_object();
-            }
-            _ => {}
+        let c = &mut self.counts;
+        match &mut self.fold {
+            Fold::Claude(f) => f.line(&v, c),
+            Fold::Codex => super::codex::usage::line(&v, c),
+            Fold::Cursor => super::cursor::usage::line(&v, c),
         }
-    }
-
-    fn claude_result(&mut self, v: &Value) {
-        self.turns += 1;
-        let u = &v["usage"];
-        let own = [
-            n(&u["input_tokens"]),
-            n(&u["output_tokens"]),
-            n(&u["cache_read_input_tokens"]),
-            n(&u["cache_creation_input_tokens"]),
-        ];
-        for (t, o) in self.tokens.iter_mut().zip(own) {
-            *t += o;
-        }
-        self.any_tokens |= u.is_object();
-        let Some(total) = v["total_cost_usd"].as_f64() else { return };
-        self.priced = true;
-        let session = v["session_id"].as_str().map(str::to_string);
-        if session != self.session {
-            self.cost_done += self.session_cost;
-            self.session = session;
-            self.session_cost = 0.0;
-            self.session_tokens = 0;
-            self.process_reported = false;
-        }
-        let model_tokens: u64 = v["modelUsage"].as_object().map_or(0, |m| {
-            m.values()
-                .map(|x| {
-                    n(&x["inputTokens"])
-                        + n(&x["outputTokens"])
-                        + n(&x["cacheReadInputTokens"])
-                        + n(&x["cacheCreationInputTokens"])
-                })
-                .sum()
-        });
-        let own_tokens: u64 = own.iter().sum();
-        // Within a process the totals run on; a new process either carried the session's totals on
-        // (its model tokens hold everything so far plus its turn) or started from zero.
-        let carried = self.process_reported || model_tokens >= self.session_tokens + own_tokens;
-        if carried {
-            self.session_cost = total;
-            self.session_tokens = model_tokens;
-        } else {
-            self.cost_done += self.session_cost;
-            self.session_cost = total;
-            self.session_tokens = model_tokens;
-        }
-        self.process_reported = true;
     }
 
     pub fn usage(&self) -> Usage {
-        let tokens = |i: usize| self.any_tokens.then_some(self.tokens[i]);
-        let (cost_usd, cost) = match self.adapter {
-            Adapter::Claude => (Some(self.cost_done + self.session_cost), "engine"),
-            Adapter::Codex => (None, "tokens only"),
-            Adapter::Cursor => (None, "not reported"),
+        let c = &self.counts;
+        let (cost_usd, cost) = match &self.fold {
+            Fold::Claude(f) => (f.cost_usd(c), "engine"),
+            Fold::Codex => (None, "tokens only"),
+            Fold::Cursor => (None, "not reported"),
         };
         Usage {
-            cost_usd: cost_usd.map(|c| (c * 1e6).round() / 1e6).filter(|_| self.priced || self.turns == 0),
-            input_tokens: tokens(0),
-            output_tokens: tokens(1),
-            cache_read_tokens: tokens(2),
-            cache_write_tokens: tokens(3),
-            turns: self.turns,
+            cost_usd: cost_usd.map(|c| (c * 1e6).round() / 1e6),
+            input_tokens: c.tokens(0),
+            output_tokens: c.tokens(1),
+            cache_read_tokens: c.tokens(2),
+            cache_write_tokens: c.tokens(3),
+            turns: c.turns,
             cost,
         }
     }
 }
 
-fn n(v: &Value) -> u64 {
+pub(crate) fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 

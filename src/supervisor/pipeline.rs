@@ -472,21 +472,22 @@ fn unresolved(wt: &Path, conflicts: &[String]) -> Vec<String> {
 /// that asks, and (a batch turn that asks) the MCP permission tool's config. Fails only when that
 /// config cannot be written.
 fn permissions_env(ctx: &Ctx, task: &Task, live: bool, cmd: &mut tokio::process::Command) -> std::io::Result<()> {
+    let Some(env) = task.adapter.permission_env() else { return Ok(()) };
     if let Some(rules) = ctx.plan.allowed_tools(task) {
-        // claude's --allowedTools takes comma-separated rules (a rule may hold spaces).
-        cmd.env("HARNESS_CLAUDE_ALLOWED_TOOLS", rules.join(","));
+        // --allowedTools takes comma-separated rules (a rule may hold spaces).
+        cmd.env(env.allowed_tools, rules.join(","));
     }
-    // A task that asks runs in claude's default permission mode: only its allowed tools run unasked
+    // A task that asks runs in the default permission mode: only its allowed tools run unasked
     // (acceptEdits would let every edit through).
     if ctx.plan.asks(task) {
-        cmd.env("HARNESS_CLAUDE_PERMISSION_MODE", "default");
+        cmd.env(env.mode, "default");
     }
-    // A batch turn that asks: claude's permission prompts go to our MCP permission tool.
+    // A batch turn that asks: the engine's permission prompts go to our MCP permission tool.
     if !live
         && ctx.plan.asks(task)
         && let Some(path) = permission_mcp_config(ctx, &task.id)?
     {
-        cmd.env("HARNESS_CLAUDE_PERMISSION_MCP", path);
+        cmd.env(env.mcp_config, path);
     }
     Ok(())
 }

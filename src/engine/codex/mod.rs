@@ -1,6 +1,7 @@
 //! Codex: its stream dialect (`normalize`) and what it prints when a turn hits a rate limit.
 
 pub(crate) mod normalize;
+pub(crate) mod usage;
 
 use super::ratelimit::Limited;
 use serde_json::Value;

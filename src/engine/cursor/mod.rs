@@ -1,6 +1,7 @@
 //! cursor-agent: its stream dialect (`normalize`); it reports no rate limit we can read.
 
 pub(crate) mod normalize;
+pub(crate) mod usage;
 
 use super::ratelimit::Limited;
 
