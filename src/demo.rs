@@ -203,7 +203,7 @@ fn narration(rec: &crate::state::journal::Record) -> String {
             "{t}  {:<6} approval {} {}{}",
             a.task.as_str(),
             a.tool.as_deref().unwrap_or(""),
-            crate::state::journal::approval_state_str(a.state),
+            a.state.as_str(),
             a.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
         ),
         Body::Attention(a) => format!(

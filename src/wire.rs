@@ -11,6 +11,13 @@ pub fn name_of<T: Serialize>(v: &T) -> &'static str {
     v.serialize(Name).unwrap_or("?")
 }
 
+/// The unit variant serde names `s`, if any: the inverse of `name_of`.
+pub fn from_name<T: serde::de::DeserializeOwned>(s: &str) -> Option<T> {
+    use serde::de::IntoDeserializer;
+    let d: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
+    T::deserialize(d).ok()
+}
+
 struct Name;
 
 #[derive(Debug)]
@@ -114,7 +121,7 @@ impl Serializer for Name {
 mod tests {
     use super::*;
 
-    #[derive(Serialize)]
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
     #[serde(rename_all = "snake_case")]
     enum E {
         RateLimited,
@@ -130,5 +137,13 @@ mod tests {
         assert_eq!(name_of(&E::Renamed), "other-name");
         assert_eq!(name_of(&E::Data(1)), "?");
         assert_eq!(serde_json::to_value(E::RateLimited).unwrap(), name_of(&E::RateLimited));
+    }
+
+    #[test]
+    fn a_name_reads_back_to_its_variant() {
+        assert_eq!(from_name::<E>("rate_limited"), Some(E::RateLimited));
+        assert_eq!(from_name::<E>("other-name"), Some(E::Renamed));
+        assert_eq!(from_name::<E>("RateLimited"), None);
+        assert_eq!(from_name::<E>("data"), None);
     }
 }

@@ -163,18 +163,9 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
             "after" => q.after = Some(overview::Cursor::parse(&v).map_err(|e| bad(k, e))?),
             "status" => {
                 for s in v.split(',') {
-                    let st = match s {
-                        "pending" => RunStatus::Pending,
-                        "running" => RunStatus::Running,
-                        "paused" => RunStatus::Paused,
-                        "finished" => RunStatus::Finished,
-                        "failed" => RunStatus::Failed,
-                        other => {
-                            return Err(bad(
-                                k,
-                                format!("{other:?} is not a run status (pending, running, paused, finished, failed)"),
-                            ));
-                        }
+                    let Some(st) = crate::wire::from_name::<RunStatus>(s) else {
+                        let names: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+                        return Err(bad(k, format!("{s:?} is not a run status ({})", names.join(", "))));
                     };
                     q.status.push(st);
                 }

@@ -124,11 +124,10 @@ impl fmt::Display for Adapter {
 impl FromStr for Adapter {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "claude" => Ok(Adapter::Claude),
-            "cursor" => Ok(Adapter::Cursor),
-            "codex" => Ok(Adapter::Codex),
-            other => Err(format!("unknown adapter {other:?}: expected claude, cursor or codex")),
-        }
+        crate::wire::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = Adapter::ALL.iter().map(|a| a.as_str()).collect();
+            let (last, rest) = names.split_last().expect("engines");
+            format!("unknown adapter {s:?}: expected {} or {last}", rest.join(", "))
+        })
     }
 }

@@ -150,7 +150,7 @@ pub(crate) fn decide(ctx: &Ctx, task: &TaskId, id: &str, decision: &Decision) ->
                 }
                 Some(a) if a.state != ApprovalState::Pending => Some(Refusal::by_state(format!(
                     "approval {id} is already {} (by {})",
-                    state_str(a.state),
+                    a.state.as_str(),
                     a.by.as_deref().unwrap_or("?")
                 ))),
                 Some(_) if !ctx.approvals.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id) => {
@@ -230,8 +230,4 @@ pub(crate) fn expire(ctx: &Ctx, task: &TaskId, id: &str, detail: &str) {
             _ => Err(JournalError::Invalid("not pending".into())),
         })
     });
-}
-
-fn state_str(s: ApprovalState) -> &'static str {
-    crate::state::journal::approval_state_str(s)
 }

@@ -86,6 +86,9 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    pub const ALL: [RunStatus; 5] =
+        [RunStatus::Pending, RunStatus::Running, RunStatus::Paused, RunStatus::Finished, RunStatus::Failed];
+
     /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
         crate::wire::name_of(&self)

@@ -188,14 +188,16 @@ pub enum ApprovalState {
     Expired,
 }
 
+impl ApprovalState {
+    /// The wire name (serde's).
+    pub fn as_str(self) -> &'static str {
+        crate::wire::name_of(&self)
+    }
+}
+
 /// An approval state's wire name.
 pub fn approval_state_str(s: ApprovalState) -> &'static str {
-    match s {
-        ApprovalState::Pending => "pending",
-        ApprovalState::Allowed => "allowed",
-        ApprovalState::Denied => "denied",
-        ApprovalState::Expired => "expired",
-    }
+    s.as_str()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
