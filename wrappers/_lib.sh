@@ -118,7 +118,7 @@ parse_flags() {
 own_pgid() {
   if [ -r "/proc/$$/stat" ]; then
     local rest
-    read -r rest < "/proc/$$/stat"
+    { read -r rest < "/proc/$$/stat"; } 2> /dev/null || return 0
     rest=${rest##*) }
     # shellcheck disable=SC2086
     set -- $rest
@@ -141,7 +141,9 @@ ensure_group_leader() {
 group_members() {
   local f rest pid pgrp self=$BASHPID
   for f in /proc/[0-9]*/stat; do
-    read -r rest < "$f" 2> /dev/null || continue
+    # The group's processes exit while we read: a vanished file is skipped, silently (the braces
+    # put the redirect of stderr before the failing `<`).
+    { read -r rest < "$f"; } 2> /dev/null || continue
     pid=${rest%% *}
     rest=${rest##*) }
     # shellcheck disable=SC2086

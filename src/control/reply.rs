@@ -82,6 +82,9 @@ pub enum Answer {
         task: TaskId,
     },
     Kill {
+        /// The task's queued steers this kill cancelled (a kill means stop: none is applied).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cancelled_steers: Option<usize>,
         detail: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         elapsed_ms: Option<u64>,

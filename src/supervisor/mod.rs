@@ -211,6 +211,8 @@ fn clear_liveness(path: &Path, run_id: &RunId) {
 struct PendingKill {
     reply: oneshot::Sender<Reply>,
     started: Instant,
+    /// Queued steers the kill cancelled.
+    cancelled: usize,
 }
 
 struct Scheduler {
@@ -444,8 +446,8 @@ impl Scheduler {
         }
         // Kills accepted (and journaled) whose task had not ended: answered with where it stands.
         for (task, waiting) in std::mem::take(&mut self.kill_replies) {
-            for PendingKill { reply, started } in waiting {
-                self.kill_answered(&task, reply, started);
+            for k in waiting {
+                self.kill_answered(&task, k);
             }
         }
         // Answers given (stop's, the refusals above, kills whose task ended) still have to be written.
@@ -626,7 +628,7 @@ impl Scheduler {
             self.broken.insert(task.clone(), e.clone());
         }
         for k in self.kill_replies.remove(&task).unwrap_or_default() {
-            self.kill_answered(&task, k.reply, k.started);
+            self.kill_answered(&task, k);
         }
         tracing::info!(RUN_ID = %self.ctx.run_id, TASK = %task, end = ?end, "task pipeline ended");
         match end {

@@ -12,6 +12,13 @@ use crate::state::liveness;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
+/// How a kill went: answered now (the task was not running), or signalled (answered when its
+/// pipeline ends).
+enum Killed {
+    Now(Answer),
+    Signalled { cancelled: usize },
+}
+
 impl Scheduler {
     pub(super) fn journal_control(&self, rec: ControlRecord) -> Result<(), Refusal> {
         self.ctx
@@ -38,10 +45,11 @@ impl Scheduler {
             Act::Resume(_) => self.pause(false, &by),
             Act::Stop(_) => self.stop(&by),
             Act::Kill(control::Kill { task }) => match self.kill(task, &by) {
-                Ok(Some(answer)) => Ok(answer),
-                Ok(None) => {
+                Ok(Killed::Now(answer)) => Ok(answer),
+                Ok(Killed::Signalled { cancelled }) => {
                     let started = Instant::now();
-                    self.kill_replies.entry(task.clone()).or_default().push(PendingKill { reply, started });
+                    let k = PendingKill { reply, started, cancelled };
+                    self.kill_replies.entry(task.clone()).or_default().push(k);
                     return; // answered when the pipeline ends
                 }
                 Err(r) => Err(r),
@@ -162,9 +170,9 @@ impl Scheduler {
             .ok_or_else(|| Refusal::unknown_task(format!("run {} has no task {id}", self.ctx.run_id)))
     }
 
-    /// Journals the kill and signals the task's group. `Ok(None)`: the answer comes when the
-    /// pipeline ends; `Ok(Some)`: a no-op (the task is not running), answered now.
-    fn kill(&mut self, id: &TaskId, by: &str) -> Result<Option<Answer>, Refusal> {
+    /// Journals the kill, cancels the task's queued steers (a kill means stop; the kill a steer's
+    /// `interrupt` makes goes through `signal_kill` and keeps them) and signals the task's group.
+    fn kill(&mut self, id: &TaskId, by: &str) -> Result<Killed, Refusal> {
         let task = self.task_of(id)?;
         let running = self.running(&task.id);
         self.journal_control(ControlRecord {
@@ -172,14 +180,20 @@ impl Scheduler {
             detail: (!running).then(|| "task is not running".to_string()),
             ..Record::control(Verb::Kill, by, if running { Outcome::Accepted } else { Outcome::Noop })
         })?;
+        let cancelled = self.cancel_steers(&task.id, by)?;
         if running {
             self.signal_kill(&task.id, by);
-            return Ok(None);
+            return Ok(Killed::Signalled { cancelled });
         }
         let view = self.view().unwrap_or_default();
         let t = view.tasks.get(&task.id);
-        Ok(Some(Answer::Kill {
-            detail: Some("task is not running".into()),
+        let detail = match cancelled {
+            0 => "task is not running".to_string(),
+            n => format!("task is not running; {n} queued steer(s) cancelled"),
+        };
+        Ok(Killed::Now(Answer::Kill {
+            cancelled_steers: Some(cancelled),
+            detail: Some(detail),
             elapsed_ms: None,
             noop: Some(true),
             ok: True,
@@ -189,11 +203,28 @@ impl Scheduler {
         }))
     }
 
+    /// Journals each of `task`'s pending steers as `cancelled` by `by`; returns how many.
+    fn cancel_steers(&self, task: &TaskId, by: &str) -> Result<usize, Refusal> {
+        let view = self.view().map_err(|e| Refusal::unrecorded(format!("journal unreadable: {e}")))?;
+        let pending: Vec<&journal::PendingSteer> = view.pending_steers.iter().filter(|s| &s.task == task).collect();
+        for s in &pending {
+            self.journal_control(ControlRecord {
+                task: Some(task.clone()),
+                id: Some(s.id.clone()),
+                detail: Some(format!("cancelled by the kill of {task}")),
+                ..Record::control(Verb::Steer, by, Outcome::Cancelled)
+            })?;
+        }
+        Ok(pending.len())
+    }
+
     /// The answer a waiting kill gets once its task's pipeline has ended.
-    pub(super) fn kill_answered(&self, task: &TaskId, reply: oneshot::Sender<Reply>, started: Instant) {
+    pub(super) fn kill_answered(&self, task: &TaskId, k: PendingKill) {
+        let PendingKill { reply, started, cancelled } = k;
         let view = self.view().unwrap_or_default();
         let t = view.tasks.get(task);
         let _ = reply.send(Reply::Done(Answer::Kill {
+            cancelled_steers: Some(cancelled),
             detail: t.and_then(|s| s.detail.clone()),
             elapsed_ms: Some(started.elapsed().as_millis() as u64),
             noop: None,

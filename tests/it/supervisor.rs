@@ -156,6 +156,39 @@ fn kill_journals_a_halt_and_leaves_no_process_in_the_group() {
 }
 
 #[test]
+fn kill_after_a_queued_steer_cancels_it_and_the_task_stays_halted() {
+    let b = Bench::new();
+    let mut sup = b.start_supervised(&plan_one("claude"), "hang,success", &[]);
+    wait_engine(&b, 1);
+    // Queued for the turn boundary (the task is running, not live)…
+    let r = control(&b.sock(), &json!({"verb":"steer","task":"A","msg":"also test the empty name"}));
+    assert_eq!(r["ok"], true, "{r}");
+    let id = r["id"].as_str().unwrap().to_string();
+    // …then a kill: it means stop, so the steer is dropped, not applied.
+    let r = control(&b.sock(), &json!({"verb":"kill","task":"A","by":"tester"}));
+    assert_eq!(
+        (r["ok"].as_bool(), r["state"].as_str(), r["cancelled_steers"].as_u64()),
+        (Some(true), Some("halted"), Some(1)),
+        "{r}"
+    );
+    let steers = b.controls("steer");
+    let outcomes: Vec<&str> = steers.iter().map(|s| s["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, vec!["queued", "cancelled"], "{steers:?}");
+    assert_eq!((steers[1]["id"].as_str(), steers[1]["by"].as_str()), (Some(id.as_str()), Some("tester")));
+    // No re-dispatch: one engine run, the task halted, the queue empty.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(b.records().len(), 1, "the cancelled steer re-dispatched the task");
+    let v = b.view();
+    assert_eq!(v["tasks"]["A"]["state"], "halted");
+    assert_eq!(v["pending_steers"].as_array().map_or(0, |p| p.len()), 0, "{v}");
+    // A kill with nothing queued says 0.
+    let r = control(&b.sock(), &json!({"verb":"kill","task":"A"}));
+    assert_eq!((r["noop"].as_bool(), r["cancelled_steers"].as_u64()), (Some(true), Some(0)), "{r}");
+    control(&b.sock(), &json!({"verb":"stop"}));
+    sup.wait_exit(T);
+}
+
+#[test]
 fn steer_resumes_the_same_session_with_the_message_and_reruns_the_gate() {
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"steer","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A [fake-write:A.txt]","gate":"true"},

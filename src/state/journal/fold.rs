@@ -351,7 +351,7 @@ impl RunView {
                     });
                 }
             }
-            (Outcome::Applied | Outcome::Refused | Outcome::Taken, Some(id)) => {
+            (Outcome::Applied | Outcome::Refused | Outcome::Taken | Outcome::Cancelled, Some(id)) => {
                 self.pending_steers.retain(|s| &s.id != id)
             }
             _ => {}

@@ -139,6 +139,8 @@ pub enum Outcome {
     /// The engine echoed a delivered steer where it entered the conversation: it is done, like
     /// `applied` for a resume steer.
     Taken,
+    /// A queued (or delivered, not yet taken) steer dropped by a kill of its task: never applied.
+    Cancelled,
 }
 
 /// One journal line. `kind` selects the body; `v` and `ts` are on every line.
@@ -422,6 +424,9 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
         Body::Control(c) => {
             if c.verb == Verb::Steer && c.outcome == Outcome::Queued && (c.msg.is_none() || c.id.is_none()) {
                 return Err(JournalError::Invalid("a queued steer needs msg and id".into()));
+            }
+            if c.outcome == Outcome::Cancelled && (c.verb != Verb::Steer || c.id.is_none()) {
+                return Err(JournalError::Invalid("only a steer is cancelled, by its id".into()));
             }
             // A refusal is recorded even when the request lacked its task (that may be why).
             if matches!(c.verb, Verb::Steer | Verb::Kill | Verb::Interrupt)
