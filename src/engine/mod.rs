@@ -9,6 +9,7 @@
 pub mod claude;
 pub mod codex;
 pub mod cursor;
+pub mod failure;
 pub mod normalize;
 pub mod ratelimit;
 pub mod usage;

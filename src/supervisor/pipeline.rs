@@ -595,7 +595,8 @@ async fn turn(
         return Err(rate_limited(ctx, id, rc, &l, session));
     }
     if rc != 0 {
-        return Err(ctx.halt(id, rc, out.detail(), session));
+        let detail = with_engine_words(out.detail(), task.adapter, &turn_lines, &logfile);
+        return Err(ctx.halt(id, rc, detail, session));
     }
     let status = out.status.clone().unwrap_or(wrapper::Status {
         ok: true,
@@ -609,6 +610,53 @@ async fn turn(
     }
     ctx.append(implemented(id, &session, &status))?;
     Ok((session, status.files))
+}
+
+/// Longest engine text a halt's detail carries.
+const ENGINE_WORDS_MAX: usize = 300;
+
+/// `detail` (the wrapper's) with what the engine itself said: its error line from the turn's
+/// lines, else the last lines of its stderr; bounded, and with the values of secret-looking
+/// environment variables (tokens, keys, passwords) masked.
+fn with_engine_words(detail: String, adapter: crate::engine::Adapter, turn: &[u8], log: &Path) -> String {
+    let said = crate::engine::failure::last_error(adapter, turn).or_else(|| stderr_tail(log));
+    let detail = match said {
+        None => detail,
+        Some(said) if detail.contains(&said) => detail,
+        Some(mut said) => {
+            if said.chars().count() > ENGINE_WORDS_MAX {
+                said = said.chars().take(ENGINE_WORDS_MAX).collect::<String>() + "…";
+            }
+            format!("{detail}: {said}")
+        }
+    };
+    // The wrapper's own detail quotes stderr too.
+    mask_secrets(&detail, std::env::vars())
+}
+
+/// The last non-empty lines of the turn's `<log>.stderr` (its last 4 KiB), joined.
+fn stderr_tail(log: &Path) -> Option<String> {
+    let path = PathBuf::from(format!("{}.stderr", log.display()));
+    let len = std::fs::metadata(&path).ok()?.len();
+    let bytes = crate::os::tail::read_from(&path, len.saturating_sub(4096), None);
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
+    (!tail.is_empty()).then_some(tail)
+}
+
+/// `text` with every value (8 characters or more) of an environment variable whose name says it is
+/// a secret replaced by `[redacted]`.
+fn mask_secrets(text: &str, env: impl Iterator<Item = (String, String)>) -> String {
+    const SECRET: [&str; 6] = ["TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH"];
+    let mut out = text.to_string();
+    for (k, v) in env {
+        let name = k.to_ascii_uppercase();
+        if v.len() >= 8 && SECRET.iter().any(|s| name.contains(s)) && out.contains(&v) {
+            out = out.replace(&v, "[redacted]");
+        }
+    }
+    out
 }
 
 /// The `implemented` record of a turn that ended well.

@@ -95,6 +95,9 @@ fn each_attention_reaches_each_hook_once_and_a_dead_hook_does_not_block_the_run(
         (body["v"].as_str(), body["kind"].as_str(), body["task"].as_str()),
         (Some("notify/v1"), Some("task_halted"), Some("B"))
     );
+    // The engine's own words, not only its exit code.
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("API Error: Repeated 529 Overloaded errors"), "{detail}");
     let exec: Vec<Value> = json_lines(&exec_out);
     assert_eq!(exec.len(), 1, "{exec:?}");
     assert_eq!((exec[0]["kind"].as_str(), exec[0]["id"].as_str()), (Some("run_failed"), Some(failed.as_str())));

@@ -189,6 +189,36 @@ fn kill_after_a_queued_steer_cancels_it_and_the_task_stays_halted() {
 }
 
 #[test]
+fn a_halt_says_what_the_engine_said_and_masks_secrets_from_the_environment() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"words","tasks":[{"id":"C","wave":1,"adapter":"claude","prompt":"x [fake-claude:error]"},
+                  {"id":"X","wave":1,"adapter":"codex","prompt":"y [fake-codex:error]"},
+                  {"id":"S","wave":1,"adapter":"claude","prompt":"z [fake-claude:exit3]"}]}"#;
+    let p = b.plan(plan);
+    let secret = "sk-test-0123456789abcdef";
+    let out = b
+        .harness("success")
+        .env("HARNESS_FAKE_STDERR", format!("fatal: upstream refused key {secret}"))
+        .env("MY_PROVIDER_API_KEY", secret)
+        .arg("run")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v = b.view();
+    let detail = |t: &str| v["tasks"][t]["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail("C").contains("API Error: Repeated 529 Overloaded errors"), "{}", detail("C"));
+    assert!(detail("X").contains("high demand"), "{}", detail("X"));
+    // No error line in the stream: the engine's stderr speaks, its secret masked.
+    let s = detail("S");
+    assert!(s.contains("fatal: upstream refused key [redacted]"), "{s}");
+    for t in ["C", "X", "S"] {
+        assert!(!detail(t).contains(secret), "{t}: {}", detail(t));
+        assert!(detail(t).chars().count() < 700, "{t}: bounded");
+    }
+}
+
+#[test]
 fn steer_resumes_the_same_session_with_the_message_and_reruns_the_gate() {
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"steer","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A [fake-write:A.txt]","gate":"true"},

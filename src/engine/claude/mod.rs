@@ -37,3 +37,8 @@ pub(crate) fn rate_limit<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Option<Li
         _ => None,
     }
 }
+
+/// A failed `result` line's text.
+pub(crate) fn last_error<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Option<String> {
+    super::failure::failed_result(lines)
+}

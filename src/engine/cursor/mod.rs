@@ -9,3 +9,8 @@ use super::ratelimit::Limited;
 pub(crate) fn rate_limit<'a>(_lines: impl Iterator<Item = &'a [u8]>) -> Option<Limited> {
     None
 }
+
+/// A failed `result` line's text.
+pub(crate) fn last_error<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Option<String> {
+    super::failure::failed_result(lines)
+}
