@@ -14,6 +14,7 @@ pub mod events;
 pub mod exit;
 pub mod ids;
 pub mod os;
+pub mod preflight;
 pub mod render;
 pub mod rules;
 pub mod runner;

@@ -26,6 +26,9 @@ pub struct Launch<'a> {
     pub worktree: Option<&'a Path>,
     pub project: Option<&'a str>,
     pub supervised: bool,
+    /// Check the engines, branch and setup before registering (`preflight`); the demo, whose fake
+    /// engines are its supervisor's alone, does not.
+    pub preflight: bool,
 }
 
 /// Registers a new run for `plan` and journals its start. Refuses a run whose journal already exists.
@@ -52,6 +55,15 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
             "{} has no commit yet: each task starts in its own worktree from the run's tip, so the branch needs a first commit (or set \"isolation\": \"shared\" with \"max_parallel\": 1)",
             worktree.display()
         )));
+    }
+    if l.preflight {
+        let problems = crate::preflight::check(&plan, &worktree);
+        if !problems.is_empty() {
+            return Err(RunError::Invalid(format!(
+                "the run cannot start (nothing was registered):\n  {}",
+                problems.join("\n  ")
+            )));
+        }
     }
     let run_id = RunId::derive(&repo, &worktree, &plan.slug);
     if l.supervised {

@@ -146,6 +146,7 @@ pub(super) fn run_plan(
         worktree: worktree.as_deref(),
         project: project.as_deref(),
         supervised: how.supervised,
+        preflight: true,
     };
     let (plan, p) = crate::runner::register(&home, &launch).map_err(|e| match e {
         crate::runner::RunError::Invalid(d) => CliError::Usage(d),

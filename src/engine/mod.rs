@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Adapter {
     Claude,
@@ -92,6 +92,15 @@ impl Adapter {
             Adapter::Claude => "fake-claude",
             Adapter::Cursor => "fake-cursor-agent",
             Adapter::Codex => "fake-codex",
+        }
+    }
+
+    /// The engine's command on PATH when its `binary_env` is not set (what its wrapper runs).
+    pub fn default_binary(self) -> &'static str {
+        match self {
+            Adapter::Claude => "claude",
+            Adapter::Cursor => "cursor-agent",
+            Adapter::Codex => "codex",
         }
     }
 

@@ -13,6 +13,7 @@ mod faults;
 mod foundation;
 mod hostile;
 mod integrity;
+mod lifecycle;
 mod live_api;
 mod live_channel;
 mod normalize;
