@@ -780,6 +780,150 @@ mod tests {
         assert_eq!((p.on_rate_limit, p.tasks[0].budget_usd), (Some(OnRateLimit::Halt), Some(1.0)));
     }
 
+    /// A plan that sets every field (two of them: a session plan has one task).
+    const MAXIMAL: [&str; 2] = [
+        r#"{"v":"plan/v1","slug":"max","base_branch":"main","max_parallel":1,"isolation":"shared",
+        "setup":"cp .env.example .env","git_hooks":true,"live":false,"approvals":"ask",
+        "allowed_tools":"Read Bash(npm test:*)","approval_timeout":"10m","approve":[" Bash(ls:*) ","Read"],
+        "budget_usd":12.5,"on_budget":"kill","stall_after":90,"on_stall":"kill","on_rate_limit":"halt",
+        "tasks":[
+          {"id":"a","wave":1,"adapter":"claude","prompt":"x","gate":"make test","review":true,"model":"opus",
+           "live":true,"approvals":"deny","allowed_tools":["Read","Edit"],"budget_usd":3},
+          {"id":"b","wave":2,"adapter":"codex","prompt":"y","gate":null,"review":false,"model":null,"live":false},
+          {"id":"c","wave":2,"adapter":"cursor","prompt":"z","review":true,"budget_usd":0.25}]}"#,
+        r#"{"v":"plan/v1","slug":"sess","isolation":"worktree","approval_timeout":30,"stall_after":"1h",
+        "on_budget":"pause","on_stall":"mark","on_rate_limit":"pause","approvals":"deny","allowed_tools":["Read"],
+        "session":{"idle_s":600,"prompt":true},
+        "tasks":[{"id":"s","wave":1,"adapter":"claude","prompt":"hi","approvals":"ask","allowed_tools":"Edit"}]}"#,
+    ];
+
+    /// Plans with many faults at once, at both levels.
+    const FAULTY: [&str; 4] = [
+        r#"{"v":"plan/v2","slug":"Bad Slug","extra":1,"more":[],"base_branch":"","max_parallel":0,"isolation":"x",
+        "setup":5,"git_hooks":"y","live":1,"approvals":"maybe","allowed_tools":5,"approve":[1],
+        "approval_timeout":"0s","budget_usd":0,"on_budget":"stop","stall_after":true,"on_stall":"x",
+        "on_rate_limit":3,"session":"x","tasks":[
+          7,
+          {"id":"a b","wave":0,"adapter":5,"prompt":" ","gate":"","model":3,"review":"yes","live":"no",
+           "approvals":1,"allowed_tools":[2],"budget_usd":-3,"colour":"red","size":1},
+          {"wave":"1","adapter":"gpt"},
+          {"id":"c","wave":1,"adapter":"codex","prompt":"p","review":true,"live":true,"approvals":"ask",
+           "allowed_tools":"Read"},
+          {"id":"d","wave":3,"adapter":"claude","prompt":"p","allowed_tools":"Bash(","budget_usd":"5"},
+          {"id":"e","wave":3,"adapter":"claude","prompt":"p"},
+          {"id":"e","wave":3,"adapter":"cursor","prompt":"p","approvals":"deny"},
+          {"id":"e","wave":4,"adapter":"cursor","prompt":"p"}]}"#,
+        r#"{"v":1,"slug":7,"isolation":"shared","approval_timeout":90000,"stall_after":"25h",
+        "approve":"Read Bash()","session":{"idle_s":"60","prompt":true,"x":1,"y":2},"tasks":[
+          {"id":"a","wave":1,"adapter":"claude","prompt":"x"},{"id":"b","wave":1,"adapter":"claude","prompt":"y"}]}"#,
+        r#"{"v":"plan/v1","slug":"s","session":{"idle_s":60,"prompt":true},"tasks":[]}"#,
+        r#"{"v":"plan/v1","slug":"s","max_parallel":2,"isolation":"shared","tasks":{"a":1}}"#,
+    ];
+
+    /// Every problem of `FAULTY`, in the order they are reported.
+    const FAULTY_ERRORS: [&[&str]; 4] = [
+        &[
+            r#"unknown field "extra""#,
+            r#"unknown field "more""#,
+            r#"v: expected "plan/v1", got Some("plan/v2")"#,
+            r#"slug: invalid slug "Bad Slug": expected [a-z0-9][a-z0-9._-]{0,47}"#,
+            r#"base_branch: must be a non-empty string"#,
+            r#"max_parallel: must be an integer 1..=256, got 0"#,
+            r#"isolation: expected "worktree" or "shared", got "x""#,
+            r#"setup: must be a non-empty string (a shell command)"#,
+            r#"git_hooks: must be a boolean, got "y""#,
+            r#"live: must be a boolean, got 1"#,
+            r#"approvals: expected "ask" or "deny", got "maybe""#,
+            r#"allowed_tools: a string of rules or a list of rules, got 5"#,
+            r#"approve: each rule must be a string, got 1"#,
+            r#"approval_timeout: a duration from 1s to 24h ("10m", or seconds), got "0s""#,
+            r#"budget_usd: a positive number of US dollars, got 0"#,
+            r#"on_budget: expected "pause" or "kill", got "stop""#,
+            r#"stall_after: a duration from 1s to 24h ("10m", or seconds), got true"#,
+            r#"on_stall: expected "mark" or "kill", got "x""#,
+            r#"on_rate_limit: expected "pause" or "halt", got 3"#,
+            r#"session: must be an object {idle_s, prompt}, got "x""#,
+            r#"tasks[0]: must be an object"#,
+            r#"tasks[1] (a b): unknown field "colour""#,
+            r#"tasks[1] (a b): unknown field "size""#,
+            r#"tasks[1] (a b): id: invalid task id "a b": expected [A-Za-z0-9][A-Za-z0-9._-]{0,63}"#,
+            r#"tasks[1] (a b): wave: must be an integer >= 1, got 0"#,
+            r#"tasks[1] (a b): adapter: missing (claude, cursor or codex)"#,
+            r#"tasks[1] (a b): prompt: must be a non-empty string"#,
+            r#"tasks[1] (a b): gate: must be a non-empty string"#,
+            r#"tasks[1] (a b): model: must be a non-empty string"#,
+            r#"tasks[1] (a b): review: must be a boolean"#,
+            r#"tasks[1] (a b): live: must be a boolean, got "no""#,
+            r#"tasks[1] (a b): approvals: expected "ask" or "deny", got 1"#,
+            r#"tasks[1] (a b): allowed_tools: each rule must be a string, got 2"#,
+            r#"tasks[1] (a b): budget_usd: a positive number of US dollars, got -3"#,
+            r#"tasks[2]: id: missing (string)"#,
+            r#"tasks[2]: wave: must be an integer >= 1, got "1""#,
+            r#"tasks[2]: adapter: unknown adapter "gpt": expected claude, cursor or codex"#,
+            r#"tasks[2]: prompt: must be a non-empty string"#,
+            r#"tasks[3] (c): review: a codex task is itself a verdict seat and cannot be reviewed"#,
+            r#"tasks[3] (c): live: the live channel is claude's (adapter codex has no input while a turn runs; steer resumes it)"#,
+            r#"tasks[3] (c): approvals: claude's tool permissions do not apply to adapter codex"#,
+            r#"tasks[3] (c): allowed_tools: claude's tool permissions do not apply to adapter codex"#,
+            r#"tasks[4] (d): allowed_tools: rule "Bash(": a specifier must end with ')'"#,
+            r#"tasks[4] (d): budget_usd: a positive number of US dollars, got "5""#,
+            r#"tasks[6] (e): approvals: claude's tool permissions do not apply to adapter cursor"#,
+            r#"tasks[7] (e): duplicate id"#,
+            r#"wave 2 is empty (waves must be 1..=4 with no gap)"#,
+        ],
+        &[
+            r#"v: expected "plan/v1", got None"#,
+            r#"slug: missing (string)"#,
+            r#"isolation: "shared" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel absent (default 4)"#,
+            r#"approve: rule "Bash()": an empty specifier (write just the tool name)"#,
+            r#"approval_timeout: a duration from 1s to 24h ("10m", or seconds), got 90000"#,
+            r#"stall_after: a duration from 1s to 24h ("10m", or seconds), got "25h""#,
+            r#"session: unknown field "x""#,
+            r#"session: needs idle_s (1 s to 7 days) and prompt (boolean)"#,
+        ],
+        &[
+            r#"tasks: empty (a plan needs at least one task)"#,
+            r#"session: a session plan has exactly one task, a claude one"#,
+        ],
+        &[
+            r#"isolation: "shared" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel 2"#,
+            r#"tasks: missing (array)"#,
+        ],
+    ];
+
+    #[test]
+    fn every_fault_of_a_plan_is_reported_at_once() {
+        for (src, want) in FAULTY.iter().zip(FAULTY_ERRORS) {
+            match Plan::parse(src.as_bytes()) {
+                Err(PlanError::Invalid(got)) => assert_eq!(got, want),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// `MAXIMAL` parsed, as the plan copy on disk and the API's `plan` view show it: durations in seconds,
+    /// rules split and trimmed, absent and default fields left out.
+    const MAXIMAL_PARSED: [&str; 2] = [
+        r#"{"v":"plan/v1","slug":"max","base_branch":"main","max_parallel":1,"isolation":"shared","setup":"cp .env.example .env","git_hooks":true,"live":false,"approvals":"ask","allowed_tools":["Read","Bash(npm test:*)"],"approval_timeout":600,"approve":["Bash(ls:*)","Read"],"budget_usd":12.5,"on_budget":"kill","stall_after":90,"on_stall":"kill","on_rate_limit":"halt","tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"x","gate":"make test","review":true,"model":"opus","live":true,"approvals":"deny","allowed_tools":["Read","Edit"],"budget_usd":3.0},{"id":"b","wave":2,"adapter":"codex","prompt":"y","live":false},{"id":"c","wave":2,"adapter":"cursor","prompt":"z","review":true,"budget_usd":0.25}]}"#,
+        r#"{"v":"plan/v1","slug":"sess","isolation":"worktree","approvals":"deny","allowed_tools":["Read"],"approval_timeout":30,"session":{"idle_s":600,"prompt":true},"on_budget":"pause","stall_after":3600,"on_stall":"mark","on_rate_limit":"pause","tasks":[{"id":"s","wave":1,"adapter":"claude","prompt":"hi","approvals":"ask","allowed_tools":["Edit"]}]}"#,
+    ];
+
+    #[test]
+    fn a_plan_with_every_field_parses_as_it_always_did() {
+        for (src, want) in MAXIMAL.iter().zip(MAXIMAL_PARSED) {
+            let p = Plan::parse(src.as_bytes()).unwrap();
+            assert_eq!(serde_json::to_string(&p).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn a_parsed_plan_written_out_parses_to_itself() {
+        for src in MAXIMAL {
+            let p = Plan::parse(src.as_bytes()).unwrap();
+            assert_eq!(Plan::parse(&serde_json::to_vec(&p).unwrap()).unwrap(), p);
+        }
+    }
+
     #[test]
     fn duplicate_and_empty_wave() {
         let err = Plan::parse(
