@@ -588,7 +588,7 @@ impl Check {
             self.bad(name, format!("must be an object {{idle_s, prompt}}, got {}", f.raw));
             return None;
         };
-        if let Some(k) = s.extra.keys().next() {
+        for k in s.extra.keys() {
             self.bad(name, format!("unknown field {k:?}"));
         }
         let settings = s.settings();
@@ -950,6 +950,7 @@ mod tests {
             r#"approval_timeout: a duration from 1s to 24h ("10m", or seconds), got 90000"#,
             r#"stall_after: a duration from 1s to 24h ("10m", or seconds), got "25h""#,
             r#"session: unknown field "x""#,
+            r#"session: unknown field "y""#,
             r#"session: needs idle_s (1 s to 7 days) and prompt (boolean)"#,
         ],
         &[
