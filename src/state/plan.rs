@@ -205,12 +205,12 @@ impl Plan {
         self.tasks.iter().find(|t| &t.id == id)
     }
 
-    /// How many tasks of one wave may run at once (default 4).
     /// Where tasks work (default: each in its own worktree).
     pub fn isolation(&self) -> Isolation {
         self.isolation.unwrap_or_default()
     }
 
+    /// How many tasks of one wave may run at once (default 4).
     pub fn parallelism(&self) -> usize {
         self.max_parallel.unwrap_or(4) as usize
     }
