@@ -997,6 +997,21 @@ mod tests {
     }
 
     #[test]
+    fn a_choice_is_one_of_its_enums_words_as_a_string() {
+        assert_eq!(variants::<OnBudget>(), ["pause", "kill"]);
+        assert_eq!(variants::<Isolation>(), ["worktree", "shared"]);
+        // serde would read `{"kill": null}` as the unit variant; a plan writes the word.
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","on_budget":{"kill":null},"tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x","approvals":["ask"]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(r#"on_budget: expected "pause" or "kill", got {"kill":null}"#), "{err}");
+        assert!(err.contains(r#"tasks[0] (a): approvals: expected "ask" or "deny", got ["ask"]"#), "{err}");
+    }
+
+    #[test]
     fn duplicate_and_empty_wave() {
         let err = Plan::parse(
             br#"{"v":"plan/v1","slug":"d","tasks":[
