@@ -1,12 +1,14 @@
-//! `plan/v1`: the tasks of a run grouped into waves. Parsing and full validation (every problem
-//! reported, each naming the task and the field), and the wave view the scheduler and the durable
-//! API draw from. This module runs nothing.
+//! `plan/v1`: the tasks of a run grouped into waves. Parsing (serde reads the plan into raw structs
+//! that keep every value, a bad or an unknown one too) and one validation pass over them (every
+//! problem reported, each naming the task and the field), and the wave view the scheduler and the
+//! durable API draw from. This module runs nothing.
 
 use crate::engine::Adapter;
 use crate::ids::{Slug, TaskId};
+use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
 pub const VERSION: &str = "plan/v1";
@@ -131,23 +133,6 @@ pub enum OnStall {
 /// The default `stall_after`.
 pub const STALL_AFTER_DEFAULT: u64 = 600;
 
-/// A duration field: `"10m"` or seconds, from 1 s to 24 h.
-fn parse_duration_field(field: &str, v: Option<&Value>, errs: &mut Vec<String>) -> Option<u64> {
-    let bad = |errs: &mut Vec<String>, got: String| {
-        errs.push(format!("{field}: a duration from 1s to 24h (\"10m\", or seconds), got {got}"));
-        None
-    };
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) => n.as_u64(),
-        Some(Value::String(s)) => match humantime::parse_duration(s) {
-            Ok(d) if (1..=86_400).contains(&d.as_secs()) => Some(d.as_secs()),
-            _ => bad(errs, format!("{s:?}")),
-        },
-        Some(v) => bad(errs, v.to_string()),
-    }
-}
-
 /// What a crossed budget does to the turns still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -156,33 +141,6 @@ pub enum OnBudget {
     Pause,
     /// They are killed (journaled as by `budget`).
     Kill,
-}
-
-/// A field that is one of a few words: the word's value, or an error naming the choices.
-fn parse_choice<T: Copy>(field: &str, v: Option<&Value>, choices: &[(&str, T)], errs: &mut Vec<String>) -> Option<T> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if choices.iter().any(|(w, _)| w == s) => {
-            choices.iter().find(|(w, _)| w == s).map(|(_, t)| *t)
-        }
-        Some(v) => {
-            let words: Vec<String> = choices.iter().map(|(w, _)| format!("\"{w}\"")).collect();
-            errs.push(format!("{field}: expected {}, got {v}", words.join(" or ")));
-            None
-        }
-    }
-}
-
-/// A budget in US dollars: a positive, finite number.
-fn parse_budget(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<f64> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f.is_finite() && f > 0.0) => n.as_f64(),
-        Some(v) => {
-            errs.push(format!("{label}budget_usd: a positive number of US dollars, got {v}"));
-            None
-        }
-    }
 }
 
 /// A session's settings.
@@ -214,197 +172,8 @@ pub enum PlanError {
     Invalid(Vec<String>),
 }
 
-const TOP_FIELDS: [&str; 19] = [
-    "v",
-    "slug",
-    "base_branch",
-    "max_parallel",
-    "isolation",
-    "setup",
-    "git_hooks",
-    "live",
-    "approvals",
-    "allowed_tools",
-    "approval_timeout",
-    "approve",
-    "session",
-    "budget_usd",
-    "on_budget",
-    "stall_after",
-    "on_stall",
-    "on_rate_limit",
-    "tasks",
-];
-const TASK_FIELDS: [&str; 11] =
-    ["id", "wave", "adapter", "prompt", "gate", "review", "model", "live", "approvals", "allowed_tools", "budget_usd"];
-
 /// The default wait for an operator's decision on an asked tool call.
 pub const APPROVAL_TIMEOUT_DEFAULT: u64 = 600;
-
-/// `approvals`: "ask" or "deny".
-/// An optional boolean field (`null` is absent); anything else is an error naming `what`.
-fn opt_bool(v: Option<&Value>, what: &str, errs: &mut Vec<String>) -> Option<bool> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(v) => {
-            errs.push(format!("{what}: must be a boolean, got {v}"));
-            None
-        }
-    }
-}
-
-fn parse_approvals(v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<Approvals> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s == "ask" => Some(Approvals::Ask),
-        Some(Value::String(s)) if s == "deny" => Some(Approvals::Deny),
-        Some(v) => {
-            errs.push(format!("{label}approvals: expected \"ask\" or \"deny\", got {v}"));
-            None
-        }
-    }
-}
-
-/// An optional string field that must hold something when present (else `why` is reported).
-fn opt_text(v: Option<&Value>, why: &str, errs: &mut Vec<String>) -> Option<String> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-        Some(_) => {
-            errs.push(why.into());
-            None
-        }
-    }
-}
-
-/// `isolation`: `worktree` or `shared` (which needs `max_parallel: 1`).
-fn parse_isolation(v: Option<&Value>, max_parallel: Option<u32>, errs: &mut Vec<String>) -> Option<Isolation> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s == "worktree" => Some(Isolation::Worktree),
-        Some(Value::String(s)) if s == "shared" => {
-            if max_parallel != Some(1) {
-                errs.push(format!(
-                    "isolation: \"shared\" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel {}",
-                    max_parallel.map_or("absent (default 4)".to_string(), |n| n.to_string())
-                ));
-            }
-            Some(Isolation::Shared)
-        }
-        Some(v) => {
-            errs.push(format!("isolation: expected \"worktree\" or \"shared\", got {v}"));
-            None
-        }
-    }
-}
-
-/// `approval_timeout`: 1 s to 24 h, as seconds or a duration string.
-fn parse_approval_timeout(v: Option<&Value>, errs: &mut Vec<String>) -> Option<u64> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=86_400).contains(&n)) => n.as_u64(),
-        Some(Value::String(s)) => match humantime::parse_duration(s) {
-            Ok(d) if (1..=86_400).contains(&d.as_secs()) => Some(d.as_secs()),
-            _ => {
-                errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {s:?}"));
-                None
-            }
-        },
-        Some(v) => {
-            errs.push(format!("approval_timeout: a duration from 1s to 24h (\"10m\", or seconds), got {v}"));
-            None
-        }
-    }
-}
-
-/// `session`: `{idle_s, prompt}`.
-fn parse_session(v: Option<&Value>, errs: &mut Vec<String>) -> Option<Session> {
-    match v {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(o)) => {
-            let idle_s = o.get("idle_s").and_then(Value::as_u64).filter(|n| (1..=7 * 86_400).contains(n));
-            let prompt = o.get("prompt").and_then(Value::as_bool);
-            if let Some(k) = o.keys().find(|k| !["idle_s", "prompt"].contains(&k.as_str())) {
-                errs.push(format!("session: unknown field {k:?}"));
-            }
-            match (idle_s, prompt) {
-                (Some(idle_s), Some(prompt)) => Some(Session { idle_s, prompt }),
-                _ => {
-                    errs.push("session: needs idle_s (1 s to 7 days) and prompt (boolean)".into());
-                    None
-                }
-            }
-        }
-        Some(v) => {
-            errs.push(format!("session: must be an object {{idle_s, prompt}}, got {v}"));
-            None
-        }
-    }
-}
-
-/// `tasks`: each parsed (its errors named by index and id), ids unique, waves 1..=max with no gap.
-fn parse_tasks(v: Option<&Value>, errs: &mut Vec<String>) -> Vec<Task> {
-    let mut tasks = Vec::new();
-    // Waves of every task with a usable wave, valid or not, so a gap is reported alongside other errors.
-    let mut waves_seen = HashSet::new();
-    match v.and_then(Value::as_array) {
-        None => errs.push("tasks: missing (array)".into()),
-        Some(a) if a.is_empty() => errs.push("tasks: empty (a plan needs at least one task)".into()),
-        Some(a) => {
-            let mut seen = HashSet::new();
-            for (i, t) in a.iter().enumerate() {
-                if let Some(w) = t.get("wave").and_then(Value::as_u64).filter(|w| (1..=10_000).contains(w)) {
-                    waves_seen.insert(w as u32);
-                }
-                if let Some(task) = parse_task(i, t, errs) {
-                    if !seen.insert(task.id.clone()) {
-                        errs.push(format!("tasks[{i}] ({}): duplicate id", task.id));
-                    }
-                    tasks.push(task);
-                }
-            }
-        }
-    }
-    if let Some(&max) = waves_seen.iter().max() {
-        for w in 1..=max {
-            if !waves_seen.contains(&w) {
-                errs.push(format!("wave {w} is empty (waves must be 1..={max} with no gap)"));
-            }
-        }
-    }
-    tasks
-}
-
-/// Rules in claude's syntax: one string (`"Read Bash(npm test:*)"`, split where claude splits it) or a
-/// list of rules.
-fn parse_rules(field: &str, v: Option<&Value>, label: &str, errs: &mut Vec<String>) -> Option<Vec<String>> {
-    let bad = |errs: &mut Vec<String>, why: String| {
-        errs.push(format!("{label}{field}: {why}"));
-        None
-    };
-    let rules = match v {
-        None | Some(Value::Null) => return None,
-        Some(Value::String(s)) => crate::rules::split(s),
-        Some(Value::Array(a)) => {
-            let mut out = Vec::new();
-            for x in a {
-                match x.as_str() {
-                    Some(s) => out.push(s.trim().to_string()),
-                    None => return bad(errs, format!("each rule must be a string, got {x}")),
-                }
-            }
-            out
-        }
-        Some(v) => return bad(errs, format!("a string of rules or a list of rules, got {v}")),
-    };
-    for r in &rules {
-        if let Err(e) = crate::rules::Rule::parse(r) {
-            return bad(errs, e);
-        }
-    }
-    Some(rules)
-}
 
 impl Plan {
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
@@ -415,93 +184,11 @@ impl Plan {
 
     /// Parses and validates; on failure lists every problem found.
     pub fn parse(bytes: &[u8]) -> Result<Plan, PlanError> {
-        let root: Value =
+        let plan: Field<RawPlan> =
             serde_json::from_slice(bytes).map_err(|e| PlanError::Invalid(vec![format!("not JSON: {e}")]))?;
-        let mut errs = Vec::new();
-        let Some(obj) = root.as_object() else {
-            return Err(PlanError::Invalid(vec!["top level must be an object".into()]));
-        };
-        for k in obj.keys().filter(|k| !TOP_FIELDS.contains(&k.as_str())) {
-            errs.push(format!("unknown field {k:?}"));
-        }
-        match obj.get("v").and_then(Value::as_str) {
-            Some(VERSION) => {}
-            other => errs.push(format!("v: expected \"{VERSION}\", got {other:?}")),
-        }
-        let slug = match obj.get("slug").and_then(Value::as_str) {
-            Some(s) => Slug::parse(s).map_err(|e| errs.push(format!("slug: {e}"))).ok(),
-            None => {
-                errs.push("slug: missing (string)".into());
-                None
-            }
-        };
-        let base_branch = opt_text(obj.get("base_branch"), "base_branch: must be a non-empty string", &mut errs);
-        let max_parallel = match obj.get("max_parallel") {
-            None | Some(Value::Null) => None,
-            Some(v) => match v.as_u64() {
-                Some(n @ 1..=256) => Some(n as u32),
-                _ => {
-                    errs.push(format!("max_parallel: must be an integer 1..=256, got {v}"));
-                    None
-                }
-            },
-        };
-        let isolation = parse_isolation(obj.get("isolation"), max_parallel, &mut errs);
-        let setup = opt_text(obj.get("setup"), "setup: must be a non-empty string (a shell command)", &mut errs);
-        let git_hooks = opt_bool(obj.get("git_hooks"), "git_hooks", &mut errs);
-        let live = opt_bool(obj.get("live"), "live", &mut errs);
-        let approvals = parse_approvals(obj.get("approvals"), "", &mut errs);
-        let allowed_tools = parse_rules("allowed_tools", obj.get("allowed_tools"), "", &mut errs);
-        let approve = parse_rules("approve", obj.get("approve"), "", &mut errs);
-        let approval_timeout = parse_approval_timeout(obj.get("approval_timeout"), &mut errs);
-        let budget_usd = parse_budget(obj.get("budget_usd"), "", &mut errs);
-        let on_budget = parse_choice(
-            "on_budget",
-            obj.get("on_budget"),
-            &[("pause", OnBudget::Pause), ("kill", OnBudget::Kill)],
-            &mut errs,
-        );
-        let stall_after = parse_duration_field("stall_after", obj.get("stall_after"), &mut errs);
-        let on_stall = parse_choice(
-            "on_stall",
-            obj.get("on_stall"),
-            &[("mark", OnStall::Mark), ("kill", OnStall::Kill)],
-            &mut errs,
-        );
-        let on_rate_limit = parse_choice(
-            "on_rate_limit",
-            obj.get("on_rate_limit"),
-            &[("pause", OnRateLimit::Pause), ("halt", OnRateLimit::Halt)],
-            &mut errs,
-        );
-        let session = parse_session(obj.get("session"), &mut errs);
-        let tasks = parse_tasks(obj.get("tasks"), &mut errs);
-        if session.is_some() && (tasks.len() != 1 || tasks.iter().any(|t: &Task| !t.adapter.has_live_channel())) {
-            errs.push("session: a session plan has exactly one task, a claude one".into());
-        }
-        match (errs.is_empty(), slug) {
-            (true, Some(slug)) => Ok(Plan {
-                v: VERSION.into(),
-                slug,
-                base_branch,
-                max_parallel,
-                isolation,
-                setup,
-                git_hooks,
-                live,
-                approvals,
-                allowed_tools,
-                approval_timeout,
-                approve,
-                session,
-                budget_usd,
-                on_budget,
-                stall_after,
-                on_stall,
-                on_rate_limit,
-                tasks,
-            }),
-            _ => Err(PlanError::Invalid(errs)),
+        match &plan.typed {
+            Some(raw) => validate(raw),
+            None => Err(PlanError::Invalid(vec!["top level must be an object".into()])),
         }
     }
 
@@ -518,12 +205,12 @@ impl Plan {
         self.tasks.iter().find(|t| &t.id == id)
     }
 
-    /// How many tasks of one wave may run at once (default 4).
     /// Where tasks work (default: each in its own worktree).
     pub fn isolation(&self) -> Isolation {
         self.isolation.unwrap_or_default()
     }
 
+    /// How many tasks of one wave may run at once (default 4).
     pub fn parallelism(&self) -> usize {
         self.max_parallel.unwrap_or(4) as usize
     }
@@ -560,104 +247,488 @@ impl Plan {
     }
 }
 
-fn parse_task(i: usize, t: &Value, errs: &mut Vec<String>) -> Option<Task> {
-    let Some(o) = t.as_object() else {
-        errs.push(format!("tasks[{i}]: must be an object"));
-        return None;
+/// A field and its name, spelled once (by the raw struct): `field!(raw.live)` is `("live", &raw.live)`.
+macro_rules! field {
+    ($raw:ident . $name:ident) => {
+        (stringify!($name), &$raw.$name)
     };
-    let id_str = o.get("id").and_then(Value::as_str);
-    let label = match id_str {
-        Some(s) => format!("tasks[{i}] ({s})"),
-        None => format!("tasks[{i}]"),
-    };
-    let before = errs.len();
-    for k in o.keys().filter(|k| !TASK_FIELDS.contains(&k.as_str())) {
-        errs.push(format!("{label}: unknown field {k:?}"));
+}
+
+/// A field as the plan wrote it: its JSON value, and that value read as `T` when it is one. Reading
+/// never fails, so the validation pass sees every field and can quote a bad one. Absent and `null`
+/// are alike (`raw` is `null`, `typed` is `None`).
+#[derive(Debug)]
+struct Field<T> {
+    raw: Value,
+    typed: Option<T>,
+}
+
+impl<T> Default for Field<T> {
+    fn default() -> Self {
+        Field { raw: Value::Null, typed: None }
     }
-    let id = match id_str {
-        Some(s) => TaskId::parse(s).map_err(|e| errs.push(format!("{label}: id: {e}"))).ok(),
-        None => {
-            errs.push(format!("{label}: id: missing (string)"));
-            None
-        }
-    };
-    let wave = match o.get("wave").and_then(Value::as_u64) {
-        Some(w @ 1..=10_000) => Some(w as u32),
-        _ => {
-            errs.push(format!("{label}: wave: must be an integer >= 1, got {}", o.get("wave").unwrap_or(&Value::Null)));
-            None
-        }
-    };
-    let adapter = match o.get("adapter").and_then(Value::as_str) {
-        Some(a) => a.parse::<Adapter>().map_err(|e| errs.push(format!("{label}: adapter: {e}"))).ok(),
-        None => {
-            errs.push(format!("{label}: adapter: missing (claude, cursor or codex)"));
-            None
-        }
-    };
-    let prompt = match o.get("prompt").and_then(Value::as_str) {
-        Some(p) if !p.trim().is_empty() => Some(p.to_string()),
-        _ => {
-            errs.push(format!("{label}: prompt: must be a non-empty string"));
-            None
-        }
-    };
-    let opt_str = |field: &str, errs: &mut Vec<String>| match o.get(field) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-        Some(_) => {
-            errs.push(format!("{label}: {field}: must be a non-empty string"));
-            None
-        }
-    };
-    let gate = opt_str("gate", errs);
-    let model = opt_str("model", errs);
-    let review = match o.get("review") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            errs.push(format!("{label}: review: must be a boolean"));
-            false
-        }
-    };
-    if review && adapter.is_some_and(Adapter::is_verdict_seat) {
-        errs.push(format!("{label}: review: a codex task is itself a verdict seat and cannot be reviewed"));
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(d)?;
+        let typed = if raw.is_null() { None } else { T::deserialize(&raw).ok() };
+        Ok(Field { raw, typed })
     }
-    let live = opt_bool(o.get("live"), &format!("{label}: live"), errs);
-    if live == Some(true)
-        && let Some(a) = adapter.filter(|a| !a.has_live_channel())
-    {
-        errs.push(format!(
-            "{label}: live: the live channel is claude's (adapter {a} has no input while a turn runs; steer resumes it)"
-        ));
+}
+
+impl<T> Field<T> {
+    fn is_set(&self) -> bool {
+        !self.raw.is_null()
     }
-    let field = format!("{label}: ");
-    let approvals = parse_approvals(o.get("approvals"), &field, errs);
-    let allowed_tools = parse_rules("allowed_tools", o.get("allowed_tools"), &field, errs);
-    let budget_usd = parse_budget(o.get("budget_usd"), &field, errs);
-    if let Some(a) = adapter.filter(|a| !a.asks_permissions()) {
-        for (name, set) in [("approvals", approvals.is_some()), ("allowed_tools", allowed_tools.is_some())] {
-            if set {
-                errs.push(format!("{label}: {name}: claude's tool permissions do not apply to adapter {a}"));
+}
+
+/// A plan as written. Its fields are the plan's known fields (serde matches them; no list repeats
+/// them); any other field lands in `extra` and is reported as unknown.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawPlan {
+    v: Field<String>,
+    slug: Field<String>,
+    base_branch: Field<String>,
+    max_parallel: Field<u64>,
+    isolation: Field<Isolation>,
+    setup: Field<String>,
+    git_hooks: Field<bool>,
+    live: Field<bool>,
+    approvals: Field<Approvals>,
+    allowed_tools: Field<Rules>,
+    approval_timeout: Field<Secs>,
+    approve: Field<Rules>,
+    session: Field<RawSession>,
+    budget_usd: Field<f64>,
+    on_budget: Field<OnBudget>,
+    stall_after: Field<Secs>,
+    on_stall: Field<OnStall>,
+    on_rate_limit: Field<OnRateLimit>,
+    tasks: Field<Vec<Field<RawTask>>>,
+    #[serde(flatten)]
+    extra: BTreeMap<String, Value>,
+}
+
+/// A task as written (as `RawPlan`: known fields, then `extra`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawTask {
+    id: Field<String>,
+    wave: Field<u64>,
+    adapter: Field<String>,
+    prompt: Field<String>,
+    gate: Field<String>,
+    review: Field<bool>,
+    model: Field<String>,
+    live: Field<bool>,
+    approvals: Field<Approvals>,
+    allowed_tools: Field<Rules>,
+    budget_usd: Field<f64>,
+    #[serde(flatten)]
+    extra: BTreeMap<String, Value>,
+}
+
+/// A session's settings as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawSession {
+    idle_s: Field<u64>,
+    prompt: Field<bool>,
+    #[serde(flatten)]
+    extra: BTreeMap<String, Value>,
+}
+
+impl RawSession {
+    /// The settings, when both are there and `idle_s` is 1 s to 7 days.
+    fn settings(&self) -> Option<Session> {
+        let idle_s = self.idle_s.typed.filter(|n| (1..=7 * 86_400).contains(n))?;
+        Some(Session { idle_s, prompt: self.prompt.typed? })
+    }
+}
+
+/// Rules in claude's syntax as written: one string (`"Read Bash(npm test:*)"`) or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Rules {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A duration as written: seconds, or text such as `"10m"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Secs {
+    Number(u64),
+    Text(String),
+}
+
+/// The message of a text field that holds nothing.
+const NON_EMPTY: &str = "must be a non-empty string";
+
+/// The one validation pass: a raw plan to a `Plan`, or every problem found. A field is checked
+/// where its value is made, so problems are reported in the order of the fields below.
+fn validate(raw: &RawPlan) -> Result<Plan, PlanError> {
+    let mut c = Check::default();
+    c.unknown(&raw.extra);
+    c.version(field!(raw.v));
+    let slug = c.parsed(field!(raw.slug), Slug::parse, "missing (string)");
+    let plan = Plan {
+        v: VERSION.into(),
+        base_branch: c.text(field!(raw.base_branch), NON_EMPTY),
+        max_parallel: c.value(field!(raw.max_parallel), max_parallel_of, "must be an integer 1..=256"),
+        isolation: c.isolation(field!(raw.isolation), raw.max_parallel.typed.as_ref().and_then(max_parallel_of)),
+        setup: c.text(field!(raw.setup), "must be a non-empty string (a shell command)"),
+        git_hooks: c.flag(field!(raw.git_hooks)),
+        live: c.flag(field!(raw.live)),
+        approvals: c.choice(field!(raw.approvals)),
+        allowed_tools: c.rules(field!(raw.allowed_tools)),
+        approve: c.rules(field!(raw.approve)),
+        approval_timeout: c.duration(field!(raw.approval_timeout)),
+        budget_usd: c.budget(field!(raw.budget_usd)),
+        on_budget: c.choice(field!(raw.on_budget)),
+        stall_after: c.duration(field!(raw.stall_after)),
+        on_stall: c.choice(field!(raw.on_stall)),
+        on_rate_limit: c.choice(field!(raw.on_rate_limit)),
+        session: c.session(field!(raw.session)),
+        tasks: c.tasks(field!(raw.tasks), raw.session.typed.as_ref().and_then(RawSession::settings).is_some()),
+        // Last: a bad slug ends the pass only once every other field is checked.
+        slug: match slug {
+            Some(slug) => slug,
+            None => return Err(PlanError::Invalid(c.errs)),
+        },
+    };
+    if c.errs.is_empty() { Ok(plan) } else { Err(PlanError::Invalid(c.errs)) }
+}
+
+/// `max_parallel`'s range.
+fn max_parallel_of(n: &u64) -> Option<u32> {
+    u32::try_from(*n).ok().filter(|n| (1..=256).contains(n))
+}
+
+/// A task's `wave`'s range.
+fn wave_of(w: &u64) -> Option<u32> {
+    u32::try_from(*w).ok().filter(|w| (1..=10_000).contains(w))
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.trim().is_empty()).then(|| s.to_string())
+}
+
+/// A field with its name (`field!`).
+type Named<'a, T> = (&'a str, &'a Field<T>);
+
+/// What the validation pass found, each problem named by where it is: `at` prefixes the names of
+/// the part being checked ("" at the top, "tasks[2] (b): " in a task).
+#[derive(Default)]
+struct Check {
+    at: String,
+    errs: Vec<String>,
+}
+
+impl Check {
+    fn bad(&mut self, name: &str, why: impl std::fmt::Display) {
+        self.errs.push(format!("{}{name}: {why}", self.at));
+    }
+
+    /// Every field of the part that its raw struct does not know.
+    fn unknown(&mut self, extra: &BTreeMap<String, Value>) {
+        for k in extra.keys() {
+            self.errs.push(format!("{}unknown field {k:?}", self.at));
+        }
+    }
+
+    /// Checks one part with its problems named under `at`; what `check` made of it, only when it
+    /// found no problem.
+    fn within<R>(&mut self, at: String, check: impl FnOnce(&mut Self) -> Option<R>) -> Option<R> {
+        let inner = format!("{}{at}", self.at);
+        let outer = std::mem::replace(&mut self.at, inner);
+        let before = self.errs.len();
+        let got = check(self);
+        self.at = outer;
+        got.filter(|_| self.errs.len() == before)
+    }
+
+    /// A required field: its value as `keep` takes it, else `why` (told the value) is reported.
+    fn must<T, U>(
+        &mut self,
+        (name, f): Named<T>,
+        keep: impl FnOnce(&T) -> Option<U>,
+        why: impl FnOnce(&Value) -> String,
+    ) -> Option<U> {
+        let got = f.typed.as_ref().and_then(keep);
+        if got.is_none() {
+            self.bad(name, why(&f.raw));
+        }
+        got
+    }
+
+    /// An optional field: absent, `None`; present, as `must`.
+    fn check<T, U>(
+        &mut self,
+        field: Named<T>,
+        keep: impl FnOnce(&T) -> Option<U>,
+        why: impl FnOnce(&Value) -> String,
+    ) -> Option<U> {
+        if !field.1.is_set() {
+            return None;
+        }
+        self.must(field, keep, why)
+    }
+
+    /// An optional field whose bad value is quoted: `{name}: {why}, got {value}`.
+    fn value<T, U>(&mut self, field: Named<T>, keep: impl FnOnce(&T) -> Option<U>, why: &str) -> Option<U> {
+        self.check(field, keep, |v| format!("{why}, got {v}"))
+    }
+
+    /// An optional string that must hold something.
+    fn text(&mut self, field: Named<String>, why: &str) -> Option<String> {
+        self.check(field, |s| non_empty(s), |_| why.into())
+    }
+
+    fn flag(&mut self, field: Named<bool>) -> Option<bool> {
+        self.value(field, |b| Some(*b), "must be a boolean")
+    }
+
+    /// A required string read by `parse` (its error is the message); absent or not a string, `missing`.
+    fn parsed<U, E: std::fmt::Display>(
+        &mut self,
+        (name, f): Named<String>,
+        parse: impl FnOnce(&str) -> Result<U, E>,
+        missing: &str,
+    ) -> Option<U> {
+        match &f.typed {
+            Some(s) => parse(s).map_err(|e| self.bad(name, e)).ok(),
+            None => {
+                self.bad(name, missing);
+                None
             }
         }
     }
-    if errs.len() > before {
-        return None;
+
+    fn version(&mut self, (name, f): Named<String>) {
+        let v = f.typed.as_deref();
+        if v != Some(VERSION) {
+            self.bad(name, format!("expected \"{VERSION}\", got {v:?}"));
+        }
     }
-    Some(Task {
-        id: id?,
-        wave: wave?,
-        adapter: adapter?,
-        prompt: prompt?,
-        gate,
-        review,
-        model,
-        live,
-        approvals,
-        allowed_tools,
-        budget_usd,
-    })
+
+    /// One of the words of an enum (serde's names of its variants, which the message lists).
+    fn choice<T: Copy + DeserializeOwned>(&mut self, field: Named<T>) -> Option<T> {
+        let words: Vec<String> = variants::<T>().iter().map(|w| format!("\"{w}\"")).collect();
+        let is_word = field.1.raw.is_string();
+        self.value(field, |t| is_word.then_some(*t), &format!("expected {}", words.join(" or ")))
+    }
+
+    /// A budget in US dollars: a positive, finite number.
+    fn budget(&mut self, field: Named<f64>) -> Option<f64> {
+        self.value(field, |usd| Some(*usd).filter(|f| f.is_finite() && *f > 0.0), "a positive number of US dollars")
+    }
+
+    /// A duration from 1 s to 24 h, as seconds or text such as `"10m"`; in seconds.
+    fn duration(&mut self, field: Named<Secs>) -> Option<u64> {
+        let got = match &field.1.typed {
+            Some(Secs::Text(s)) => format!("{s:?}"),
+            _ => field.1.raw.to_string(),
+        };
+        let secs = |d: &Secs| match d {
+            Secs::Number(n) => Some(*n),
+            Secs::Text(s) => humantime::parse_duration(s).ok().map(|d| d.as_secs()),
+        };
+        let why = |_: &Value| format!("a duration from 1s to 24h (\"10m\", or seconds), got {got}");
+        self.check(field, |d| secs(d).filter(|n| (1..=86_400).contains(n)), why)
+    }
+
+    /// Rules in claude's syntax: one string (split where claude splits it) or a list, each a rule.
+    fn rules(&mut self, (name, f): Named<Rules>) -> Option<Vec<String>> {
+        let rules = match &f.typed {
+            _ if !f.is_set() => return None,
+            Some(Rules::One(s)) => crate::rules::split(s),
+            Some(Rules::Many(rules)) => rules.iter().map(|r| r.trim().to_string()).collect(),
+            None => {
+                let why = match f.raw.as_array().and_then(|a| a.iter().find(|r| !r.is_string())) {
+                    Some(r) => format!("each rule must be a string, got {r}"),
+                    None => format!("a string of rules or a list of rules, got {}", f.raw),
+                };
+                self.bad(name, why);
+                return None;
+            }
+        };
+        match rules.iter().find_map(|r| crate::rules::Rule::parse(r).err()) {
+            Some(e) => {
+                self.bad(name, e);
+                None
+            }
+            None => Some(rules),
+        }
+    }
+
+    /// `isolation`: `shared` needs `max_parallel: 1`.
+    fn isolation(&mut self, field: Named<Isolation>, max_parallel: Option<u32>) -> Option<Isolation> {
+        let isolation = self.choice(field);
+        if isolation == Some(Isolation::Shared) && max_parallel != Some(1) {
+            self.bad(
+                field.0,
+                format!(
+                    "\"shared\" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel {}",
+                    max_parallel.map_or("absent (default 4)".to_string(), |n| n.to_string())
+                ),
+            );
+        }
+        isolation
+    }
+
+    /// `session`: `{idle_s, prompt}`.
+    fn session(&mut self, (name, f): Named<RawSession>) -> Option<Session> {
+        if !f.is_set() {
+            return None;
+        }
+        let Some(s) = &f.typed else {
+            self.bad(name, format!("must be an object {{idle_s, prompt}}, got {}", f.raw));
+            return None;
+        };
+        for k in s.extra.keys() {
+            self.bad(name, format!("unknown field {k:?}"));
+        }
+        let settings = s.settings();
+        if settings.is_none() {
+            self.bad(name, "needs idle_s (1 s to 7 days) and prompt (boolean)");
+        }
+        settings
+    }
+
+    /// `tasks`: each checked, ids unique, waves 1..=max with no gap; a session plan's (`session`)
+    /// tasks are one claude task.
+    fn tasks(&mut self, (name, f): Named<Vec<Field<RawTask>>>, session: bool) -> Vec<Task> {
+        let mut tasks = Vec::new();
+        match &f.typed {
+            None => self.bad(name, "missing (array)"),
+            Some(all) if all.is_empty() => self.bad(name, "empty (a plan needs at least one task)"),
+            Some(all) => {
+                // Waves of every task with a usable wave, valid or not, so a gap is reported
+                // alongside the tasks' own problems.
+                let mut waves = BTreeSet::new();
+                let mut ids = HashSet::new();
+                for (i, t) in all.iter().enumerate() {
+                    let Some(t) = &t.typed else {
+                        self.bad(&format!("{name}[{i}]"), "must be an object");
+                        continue;
+                    };
+                    waves.extend(t.wave.typed.as_ref().and_then(wave_of));
+                    let Some(task) = self.task(&format!("{name}[{i}]"), t) else { continue };
+                    if !ids.insert(task.id.clone()) {
+                        self.bad(&format!("{name}[{i}] ({})", task.id), "duplicate id");
+                    }
+                    tasks.push(task);
+                }
+                let max = waves.last().copied().unwrap_or(0);
+                for w in (1..=max).filter(|w| !waves.contains(w)) {
+                    self.errs.push(format!("{}wave {w} is empty (waves must be 1..={max} with no gap)", self.at));
+                }
+            }
+        }
+        if session && (tasks.len() != 1 || tasks.iter().any(|t| !t.adapter.has_live_channel())) {
+            self.bad("session", "a session plan has exactly one task, a claude one");
+        }
+        tasks
+    }
+
+    /// One task, its problems named `{at} ({id})`: the task, when it has none.
+    fn task(&mut self, at: &str, t: &RawTask) -> Option<Task> {
+        let at = match &t.id.typed {
+            Some(id) => format!("{at} ({id}): "),
+            None => format!("{at}: "),
+        };
+        self.within(at, |c| {
+            c.unknown(&t.extra);
+            let id = c.parsed(field!(t.id), TaskId::parse, "missing (string)");
+            let wave = c.must(field!(t.wave), wave_of, |v| format!("must be an integer >= 1, got {v}"));
+            let adapter = c.parsed(field!(t.adapter), str::parse::<Adapter>, "missing (claude, cursor or codex)");
+            let prompt = c.must(field!(t.prompt), |s| non_empty(s), |_| NON_EMPTY.into());
+            Some(Task {
+                gate: c.text(field!(t.gate), NON_EMPTY),
+                model: c.text(field!(t.model), NON_EMPTY),
+                review: c.review(field!(t.review), adapter),
+                live: c.live(field!(t.live), adapter),
+                approvals: c.claude_only(adapter, field!(t.approvals), Check::choice),
+                allowed_tools: c.claude_only(adapter, field!(t.allowed_tools), Check::rules),
+                budget_usd: c.budget(field!(t.budget_usd)),
+                // Last, so every field above is checked when one of these is missing.
+                id: id?,
+                wave: wave?,
+                adapter: adapter?,
+                prompt: prompt?,
+            })
+        })
+    }
+
+    /// `review` (default false): a verdict seat cannot itself be reviewed.
+    fn review(&mut self, field: Named<bool>, adapter: Option<Adapter>) -> bool {
+        let review = self.check(field, |b| Some(*b), |_| "must be a boolean".into()).unwrap_or(false);
+        if review && adapter.is_some_and(Adapter::is_verdict_seat) {
+            self.bad(field.0, "a codex task is itself a verdict seat and cannot be reviewed");
+        }
+        review
+    }
+
+    /// A task's `live`: only an adapter with a live channel has one.
+    fn live(&mut self, field: Named<bool>, adapter: Option<Adapter>) -> Option<bool> {
+        let live = self.flag(field);
+        if live == Some(true)
+            && let Some(a) = adapter.filter(|a| !a.has_live_channel())
+        {
+            self.bad(
+                field.0,
+                format!("the live channel is claude's (adapter {a} has no input while a turn runs; steer resumes it)"),
+            );
+        }
+        live
+    }
+
+    /// A field of claude's tool permissions, read by `read`: set on an adapter that asks none, a problem.
+    fn claude_only<'a, T, U>(
+        &mut self,
+        adapter: Option<Adapter>,
+        field: Named<'a, T>,
+        read: impl FnOnce(&mut Self, Named<'a, T>) -> Option<U>,
+    ) -> Option<U> {
+        let got = read(self, field);
+        if got.is_some()
+            && let Some(a) = adapter.filter(|a| !a.asks_permissions())
+        {
+            self.bad(field.0, format!("claude's tool permissions do not apply to adapter {a}"));
+        }
+        got
+    }
+}
+
+/// The words serde reads a unit-variant enum from, asked of its derived `Deserialize` (which hands
+/// them to `deserialize_enum`), so a message listing them follows the enum.
+fn variants<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Spy<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Spy<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("not an enum"))
+        }
+        fn deserialize_enum<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            variants: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = variants;
+            Err(serde::de::Error::custom("only the variants were asked for"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
+        }
+    }
+    let mut words: &'static [&'static str] = &[];
+    let _ = T::deserialize(Spy(&mut words));
+    words
 }
 
 #[cfg(test)]
@@ -778,6 +849,166 @@ mod tests {
             (Some(2.5), Some(OnBudget::Kill), std::time::Duration::from_secs(90), Some(OnStall::Kill))
         );
         assert_eq!((p.on_rate_limit, p.tasks[0].budget_usd), (Some(OnRateLimit::Halt), Some(1.0)));
+    }
+
+    /// A plan that sets every field (two of them: a session plan has one task).
+    const MAXIMAL: [&str; 2] = [
+        r#"{"v":"plan/v1","slug":"max","base_branch":"main","max_parallel":1,"isolation":"shared",
+        "setup":"cp .env.example .env","git_hooks":true,"live":false,"approvals":"ask",
+        "allowed_tools":"Read Bash(npm test:*)","approval_timeout":"10m","approve":[" Bash(ls:*) ","Read"],
+        "budget_usd":12.5,"on_budget":"kill","stall_after":90,"on_stall":"kill","on_rate_limit":"halt",
+        "tasks":[
+          {"id":"a","wave":1,"adapter":"claude","prompt":"x","gate":"make test","review":true,"model":"opus",
+           "live":true,"approvals":"deny","allowed_tools":["Read","Edit"],"budget_usd":3},
+          {"id":"b","wave":2,"adapter":"codex","prompt":"y","gate":null,"review":false,"model":null,"live":false},
+          {"id":"c","wave":2,"adapter":"cursor","prompt":"z","review":true,"budget_usd":0.25}]}"#,
+        r#"{"v":"plan/v1","slug":"sess","isolation":"worktree","approval_timeout":30,"stall_after":"1h",
+        "on_budget":"pause","on_stall":"mark","on_rate_limit":"pause","approvals":"deny","allowed_tools":["Read"],
+        "session":{"idle_s":600,"prompt":true},
+        "tasks":[{"id":"s","wave":1,"adapter":"claude","prompt":"hi","approvals":"ask","allowed_tools":"Edit"}]}"#,
+    ];
+
+    /// Plans with many faults at once, at both levels.
+    const FAULTY: [&str; 4] = [
+        r#"{"v":"plan/v2","slug":"Bad Slug","extra":1,"more":[],"base_branch":"","max_parallel":0,"isolation":"x",
+        "setup":5,"git_hooks":"y","live":1,"approvals":"maybe","allowed_tools":5,"approve":[1],
+        "approval_timeout":"0s","budget_usd":0,"on_budget":"stop","stall_after":true,"on_stall":"x",
+        "on_rate_limit":3,"session":"x","tasks":[
+          7,
+          {"id":"a b","wave":0,"adapter":5,"prompt":" ","gate":"","model":3,"review":"yes","live":"no",
+           "approvals":1,"allowed_tools":[2],"budget_usd":-3,"colour":"red","size":1},
+          {"wave":"1","adapter":"gpt"},
+          {"id":"c","wave":1,"adapter":"codex","prompt":"p","review":true,"live":true,"approvals":"ask",
+           "allowed_tools":"Read"},
+          {"id":"d","wave":3,"adapter":"claude","prompt":"p","allowed_tools":"Bash(","budget_usd":"5"},
+          {"id":"e","wave":3,"adapter":"claude","prompt":"p"},
+          {"id":"e","wave":3,"adapter":"cursor","prompt":"p","approvals":"deny"},
+          {"id":"e","wave":4,"adapter":"cursor","prompt":"p"}]}"#,
+        r#"{"v":1,"slug":7,"isolation":"shared","approval_timeout":90000,"stall_after":"25h",
+        "approve":"Read Bash()","session":{"idle_s":"60","prompt":true,"x":1,"y":2},"tasks":[
+          {"id":"a","wave":1,"adapter":"claude","prompt":"x"},{"id":"b","wave":1,"adapter":"claude","prompt":"y"}]}"#,
+        r#"{"v":"plan/v1","slug":"s","session":{"idle_s":60,"prompt":true},"tasks":[]}"#,
+        r#"{"v":"plan/v1","slug":"s","max_parallel":2,"isolation":"shared","tasks":{"a":1}}"#,
+    ];
+
+    /// Every problem of `FAULTY`, in the order they are reported.
+    const FAULTY_ERRORS: [&[&str]; 4] = [
+        &[
+            r#"unknown field "extra""#,
+            r#"unknown field "more""#,
+            r#"v: expected "plan/v1", got Some("plan/v2")"#,
+            r#"slug: invalid slug "Bad Slug": expected [a-z0-9][a-z0-9._-]{0,47}"#,
+            r#"base_branch: must be a non-empty string"#,
+            r#"max_parallel: must be an integer 1..=256, got 0"#,
+            r#"isolation: expected "worktree" or "shared", got "x""#,
+            r#"setup: must be a non-empty string (a shell command)"#,
+            r#"git_hooks: must be a boolean, got "y""#,
+            r#"live: must be a boolean, got 1"#,
+            r#"approvals: expected "ask" or "deny", got "maybe""#,
+            r#"allowed_tools: a string of rules or a list of rules, got 5"#,
+            r#"approve: each rule must be a string, got 1"#,
+            r#"approval_timeout: a duration from 1s to 24h ("10m", or seconds), got "0s""#,
+            r#"budget_usd: a positive number of US dollars, got 0"#,
+            r#"on_budget: expected "pause" or "kill", got "stop""#,
+            r#"stall_after: a duration from 1s to 24h ("10m", or seconds), got true"#,
+            r#"on_stall: expected "mark" or "kill", got "x""#,
+            r#"on_rate_limit: expected "pause" or "halt", got 3"#,
+            r#"session: must be an object {idle_s, prompt}, got "x""#,
+            r#"tasks[0]: must be an object"#,
+            r#"tasks[1] (a b): unknown field "colour""#,
+            r#"tasks[1] (a b): unknown field "size""#,
+            r#"tasks[1] (a b): id: invalid task id "a b": expected [A-Za-z0-9][A-Za-z0-9._-]{0,63}"#,
+            r#"tasks[1] (a b): wave: must be an integer >= 1, got 0"#,
+            r#"tasks[1] (a b): adapter: missing (claude, cursor or codex)"#,
+            r#"tasks[1] (a b): prompt: must be a non-empty string"#,
+            r#"tasks[1] (a b): gate: must be a non-empty string"#,
+            r#"tasks[1] (a b): model: must be a non-empty string"#,
+            r#"tasks[1] (a b): review: must be a boolean"#,
+            r#"tasks[1] (a b): live: must be a boolean, got "no""#,
+            r#"tasks[1] (a b): approvals: expected "ask" or "deny", got 1"#,
+            r#"tasks[1] (a b): allowed_tools: each rule must be a string, got 2"#,
+            r#"tasks[1] (a b): budget_usd: a positive number of US dollars, got -3"#,
+            r#"tasks[2]: id: missing (string)"#,
+            r#"tasks[2]: wave: must be an integer >= 1, got "1""#,
+            r#"tasks[2]: adapter: unknown adapter "gpt": expected claude, cursor or codex"#,
+            r#"tasks[2]: prompt: must be a non-empty string"#,
+            r#"tasks[3] (c): review: a codex task is itself a verdict seat and cannot be reviewed"#,
+            r#"tasks[3] (c): live: the live channel is claude's (adapter codex has no input while a turn runs; steer resumes it)"#,
+            r#"tasks[3] (c): approvals: claude's tool permissions do not apply to adapter codex"#,
+            r#"tasks[3] (c): allowed_tools: claude's tool permissions do not apply to adapter codex"#,
+            r#"tasks[4] (d): allowed_tools: rule "Bash(": a specifier must end with ')'"#,
+            r#"tasks[4] (d): budget_usd: a positive number of US dollars, got "5""#,
+            r#"tasks[6] (e): approvals: claude's tool permissions do not apply to adapter cursor"#,
+            r#"tasks[7] (e): duplicate id"#,
+            r#"wave 2 is empty (waves must be 1..=4 with no gap)"#,
+        ],
+        &[
+            r#"v: expected "plan/v1", got None"#,
+            r#"slug: missing (string)"#,
+            r#"isolation: "shared" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel absent (default 4)"#,
+            r#"approve: rule "Bash()": an empty specifier (write just the tool name)"#,
+            r#"approval_timeout: a duration from 1s to 24h ("10m", or seconds), got 90000"#,
+            r#"stall_after: a duration from 1s to 24h ("10m", or seconds), got "25h""#,
+            r#"session: unknown field "x""#,
+            r#"session: unknown field "y""#,
+            r#"session: needs idle_s (1 s to 7 days) and prompt (boolean)"#,
+        ],
+        &[
+            r#"tasks: empty (a plan needs at least one task)"#,
+            r#"session: a session plan has exactly one task, a claude one"#,
+        ],
+        &[
+            r#"isolation: "shared" needs max_parallel: 1 (parallel tasks in one worktree mix each other's files), got max_parallel 2"#,
+            r#"tasks: missing (array)"#,
+        ],
+    ];
+
+    #[test]
+    fn every_fault_of_a_plan_is_reported_at_once() {
+        for (src, want) in FAULTY.iter().zip(FAULTY_ERRORS) {
+            match Plan::parse(src.as_bytes()) {
+                Err(PlanError::Invalid(got)) => assert_eq!(got, want),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// `MAXIMAL` parsed, as the plan copy on disk and the API's `plan` view show it: durations in seconds,
+    /// rules split and trimmed, absent and default fields left out.
+    const MAXIMAL_PARSED: [&str; 2] = [
+        r#"{"v":"plan/v1","slug":"max","base_branch":"main","max_parallel":1,"isolation":"shared","setup":"cp .env.example .env","git_hooks":true,"live":false,"approvals":"ask","allowed_tools":["Read","Bash(npm test:*)"],"approval_timeout":600,"approve":["Bash(ls:*)","Read"],"budget_usd":12.5,"on_budget":"kill","stall_after":90,"on_stall":"kill","on_rate_limit":"halt","tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"x","gate":"make test","review":true,"model":"opus","live":true,"approvals":"deny","allowed_tools":["Read","Edit"],"budget_usd":3.0},{"id":"b","wave":2,"adapter":"codex","prompt":"y","live":false},{"id":"c","wave":2,"adapter":"cursor","prompt":"z","review":true,"budget_usd":0.25}]}"#,
+        r#"{"v":"plan/v1","slug":"sess","isolation":"worktree","approvals":"deny","allowed_tools":["Read"],"approval_timeout":30,"session":{"idle_s":600,"prompt":true},"on_budget":"pause","stall_after":3600,"on_stall":"mark","on_rate_limit":"pause","tasks":[{"id":"s","wave":1,"adapter":"claude","prompt":"hi","approvals":"ask","allowed_tools":["Edit"]}]}"#,
+    ];
+
+    #[test]
+    fn a_plan_with_every_field_parses_as_it_always_did() {
+        for (src, want) in MAXIMAL.iter().zip(MAXIMAL_PARSED) {
+            let p = Plan::parse(src.as_bytes()).unwrap();
+            assert_eq!(serde_json::to_string(&p).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn a_parsed_plan_written_out_parses_to_itself() {
+        for src in MAXIMAL {
+            let p = Plan::parse(src.as_bytes()).unwrap();
+            assert_eq!(Plan::parse(&serde_json::to_vec(&p).unwrap()).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn a_choice_is_one_of_its_enums_words_as_a_string() {
+        assert_eq!(variants::<OnBudget>(), ["pause", "kill"]);
+        assert_eq!(variants::<Isolation>(), ["worktree", "shared"]);
+        // serde would read `{"kill": null}` as the unit variant; a plan writes the word.
+        let err = Plan::parse(
+            br#"{"v":"plan/v1","slug":"s","on_budget":{"kill":null},"tasks":[
+            {"id":"a","wave":1,"adapter":"claude","prompt":"x","approvals":["ask"]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(r#"on_budget: expected "pause" or "kill", got {"kill":null}"#), "{err}");
+        assert!(err.contains(r#"tasks[0] (a): approvals: expected "ask" or "deny", got ["ask"]"#), "{err}");
     }
 
     #[test]
