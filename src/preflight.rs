@@ -128,14 +128,35 @@ fn programs_of(command: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let separated = command.replace("&&", ";").replace("||", ";").replace(['|', '&', '\n', '(', ')'], ";");
     for part in separated.split(';') {
-        let first = part.split_whitespace().find(|w| !w.contains('=') || w.starts_with('='));
-        let Some(w) = first else { continue };
-        let keyword = matches!(
-            w,
-            "if" | "then" | "else" | "fi" | "for" | "do" | "done" | "while" | "case" | "esac" | "{" | "}" | "!"
-        );
+        let keyword = |w: &str| {
+            matches!(
+                w,
+                "if" | "then"
+                    | "else"
+                    | "elif"
+                    | "fi"
+                    | "for"
+                    | "do"
+                    | "done"
+                    | "while"
+                    | "until"
+                    | "case"
+                    | "esac"
+                    | "{"
+                    | "}"
+                    | "!"
+                    | "exec"
+                    | "command"
+            )
+        };
+        let assignment = |w: &str| w.contains('=') && !w.starts_with('=');
+        // `for x in …` and `case x in …` name no program.
+        if matches!(part.split_whitespace().next(), Some("for" | "case" | "select")) {
+            continue;
+        }
+        let Some(w) = part.split_whitespace().find(|w| !keyword(w) && !assignment(w)) else { continue };
         let expanded = w.contains(['$', '`', '"', '\'', '*', '?', '~']);
-        if !keyword && !expanded && !out.iter().any(|o| o == w) {
+        if !expanded && !out.iter().any(|o| o == w) {
             out.push(w.to_string());
         }
     }
@@ -163,5 +184,6 @@ mod tests {
         assert_eq!(programs_of("cp .env.example .env && npm ci"), vec!["cp", "npm"]);
         assert_eq!(programs_of("FOO=1 make -j4 | tee log; ./scripts/x.sh"), vec!["make", "tee", "./scripts/x.sh"]);
         assert_eq!(programs_of("if true; then \"$X\"; fi"), vec!["true"]);
+        assert_eq!(programs_of("for f in a b; do echo $f; done"), vec!["echo"]);
     }
 }
