@@ -102,6 +102,7 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
         worktree: None,
         project: Some("harness-demo"),
         supervised: true,
+        slug: None,
         preflight: false,
     };
     let (_plan, pointer) = crate::runner::register(&home, &launch).map_err(|e| e.to_string())?;

@@ -51,13 +51,16 @@ fn task_rest(c: u8) -> bool {
     task_first(c) || matches!(c, b'.' | b'_' | b'-')
 }
 
+/// The longest slug: a first character and up to 47 more.
+pub const SLUG_MAX: usize = 48;
+
 /// The human label of a run, topic-derived and unique only within one repo+worktree.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Slug(String);
 
 impl Slug {
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        if matches_grammar(s, slug_first, slug_rest, 47) {
+        if matches_grammar(s, slug_first, slug_rest, SLUG_MAX - 1) {
             Ok(Slug(s.to_string()))
         } else {
             Err(IdError::Slug(shown(s)))

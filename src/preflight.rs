@@ -126,7 +126,9 @@ fn on_path(cmd: &str) -> Option<PathBuf> {
 /// pipelines, past variable assignments; words the shell expands or quotes are left alone.
 fn programs_of(command: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    let separated = command.replace("&&", ";").replace("||", ";").replace(['|', '&', '\n', '(', ')'], ";");
+    // Redirections (`>&2`, `&>log`, `2>&1`) are not separators.
+    let unredirected = command.replace(">&", ">").replace("<&", "<").replace("&>", ">");
+    let separated = unredirected.replace("&&", ";").replace("||", ";").replace(['|', '&', '\n', '(', ')'], ";");
     for part in separated.split(';') {
         let keyword = |w: &str| {
             matches!(
@@ -150,11 +152,14 @@ fn programs_of(command: &str) -> Vec<String> {
             )
         };
         let assignment = |w: &str| w.contains('=') && !w.starts_with('=');
+        let redirection = |w: &str| w.contains(['<', '>']);
         // `for x in …` and `case x in …` name no program.
         if matches!(part.split_whitespace().next(), Some("for" | "case" | "select")) {
             continue;
         }
-        let Some(w) = part.split_whitespace().find(|w| !keyword(w) && !assignment(w)) else { continue };
+        let Some(w) = part.split_whitespace().find(|w| !keyword(w) && !assignment(w) && !redirection(w)) else {
+            continue;
+        };
         let expanded = w.contains(['$', '`', '"', '\'', '*', '?', '~']);
         if !expanded && !out.iter().any(|o| o == w) {
             out.push(w.to_string());
@@ -185,5 +190,8 @@ mod tests {
         assert_eq!(programs_of("FOO=1 make -j4 | tee log; ./scripts/x.sh"), vec!["make", "tee", "./scripts/x.sh"]);
         assert_eq!(programs_of("if true; then \"$X\"; fi"), vec!["true"]);
         assert_eq!(programs_of("for f in a b; do echo $f; done"), vec!["echo"]);
+        assert_eq!(programs_of("echo npm is missing >&2; exit 7"), vec!["echo", "exit"]);
+        assert_eq!(programs_of("make 2>&1 >log & wait"), vec!["make", "wait"]);
+        assert_eq!(programs_of(">out cat in"), vec!["cat"]);
     }
 }

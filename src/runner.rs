@@ -26,6 +26,9 @@ pub struct Launch<'a> {
     pub worktree: Option<&'a Path>,
     pub project: Option<&'a str>,
     pub supervised: bool,
+    /// The run's slug (`--slug`); `None`: the plan's, or its next free `<slug>-N` when a run of the
+    /// plan has ended in this worktree.
+    pub slug: Option<&'a str>,
     /// Check the engines, branch and setup before registering (`preflight`); the demo, whose fake
     /// engines are its supervisor's alone, does not.
     pub preflight: bool,
@@ -65,23 +68,19 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
             )));
         }
     }
-    let run_id = RunId::derive(&repo, &worktree, &plan.slug);
-    if l.supervised {
-        home.checked_socket_path(&run_id).map_err(|e| RunError::Invalid(e.to_string()))?;
-    }
     let runstate = worktree.join("runstate");
     std::fs::create_dir_all(&runstate).map_err(|e| RunError::Failed(format!("{}: {e}", runstate.display())))?;
-    let journal_path = crate::state::registry::journal_path_in(&runstate, &plan.slug);
-    if std::fs::metadata(&journal_path).is_ok_and(|m| m.len() > 0) {
-        let status =
-            journal::replay(&journal_path).map(|v| format!("{:?}", v.status).to_lowercase()).unwrap_or_default();
-        return Err(RunError::Invalid(format!(
-            "run {run_id} already exists ({status}, journal {}): `harness supervise {run_id}` recovers a live run; \
-             to run the plan again use another slug or remove runstate/{}.*",
-            journal_path.display(),
-            plan.slug
-        )));
-    }
+    // Held until the run's journal holds its start: two runs started at once take different slugs.
+    let _slugs = slug_lock(&runstate)?;
+    let at = Place { home, repo: &repo, worktree: &worktree, runstate: &runstate, supervised: l.supervised };
+    let base_slug = plan.slug.clone();
+    let slug = match l.slug {
+        Some(s) => chosen_slug(&at, s)?,
+        None => next_slug(&at, &base_slug)?,
+    };
+    let mut plan = plan;
+    plan.slug = slug;
+    let run_id = RunId::derive(&repo, &worktree, &plan.slug);
     if plan.isolation() == crate::state::plan::Isolation::Worktree {
         let left = crate::os::worktree::left_work(home, &worktree, &run_id);
         if !left.is_empty() {
@@ -106,6 +105,7 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
         plane: Plane::Standalone,
         runstate_dir: Some(&runstate),
         project: l.project,
+        base_slug: (base_slug != slug).then_some(&base_slug),
     };
     let pointer = registry::register(home, &reg).map_err(|e| RunError::Failed(e.to_string()))?;
     let j = Journal::open(&pointer.journal_path()).map_err(|e| RunError::Failed(e.to_string()))?;
@@ -116,6 +116,130 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     // The Overview's row of the new run, before any API asks for it.
     crate::state::summary::refresh(home, &pointer, &mut Default::default());
     Ok((plan, pointer))
+}
+
+/// Where a new run goes, for choosing its slug.
+struct Place<'a> {
+    home: &'a Home,
+    repo: &'a Path,
+    worktree: &'a Path,
+    runstate: &'a Path,
+    supervised: bool,
+}
+
+/// What holds a slug in this worktree: a run (its journal, with its status) or a pruned run's
+/// tombstone (ids are never reused).
+enum Taken {
+    Free,
+    Ended(RunId, &'static str),
+    Live(RunId, &'static str),
+    Pruned(RunId),
+}
+
+impl Place<'_> {
+    fn taken(&self, slug: &Slug) -> Taken {
+        let run_id = RunId::derive(self.repo, self.worktree, slug);
+        let journal_path = registry::journal_path_in(self.runstate, slug);
+        if std::fs::metadata(&journal_path).is_ok_and(|m| m.len() > 0) {
+            let status = journal::replay(&journal_path).map(|v| v.status).unwrap_or(journal::RunStatus::Running);
+            return if status.is_over() {
+                Taken::Ended(run_id, status.as_str())
+            } else {
+                Taken::Live(run_id, status.as_str())
+            };
+        }
+        if crate::state::summary::tombstone_path(self.home, &run_id).exists() {
+            return Taken::Pruned(run_id);
+        }
+        Taken::Free
+    }
+
+    /// Whether a run's socket path fits the OS limit with this slug (supervised runs have one).
+    fn fits(&self, slug: &Slug) -> bool {
+        !self.supervised || self.home.checked_socket_path(&RunId::derive(self.repo, self.worktree, slug)).is_ok()
+    }
+}
+
+fn slug_lock(runstate: &Path) -> Result<crate::os::flock::Flock, RunError> {
+    let path = runstate.join(".slugs.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| RunError::Failed(format!("{}: {e}", path.display())))?;
+    crate::os::flock::Flock::exclusive(&f).map_err(|e| RunError::Failed(format!("locking {}: {e}", path.display())))
+}
+
+/// A live (or paused, or supervisor-less) run of the plan is refused, naming it and what ends it.
+fn refuse_live(run: &RunId, status: &str) -> RunError {
+    RunError::Invalid(format!(
+        "run {run} of this plan is {status} in this worktree: wait for it, or end it first (`harness stop {run}`; \
+         `harness supervise {run}` recovers one whose supervisor is gone)"
+    ))
+}
+
+/// `--slug S`: that slug, free.
+fn chosen_slug(at: &Place, s: &str) -> Result<Slug, RunError> {
+    let slug = Slug::parse(s).map_err(|e| RunError::Invalid(format!("--slug: {e}")))?;
+    match at.taken(&slug) {
+        Taken::Free if at.fits(&slug) => Ok(slug),
+        Taken::Free => {
+            Err(RunError::Invalid(format!("--slug {slug}: the run's socket path would be over the OS limit")))
+        }
+        Taken::Live(run, status) => Err(refuse_live(&run, status)),
+        Taken::Ended(run, status) => Err(RunError::Invalid(format!(
+            "--slug {slug} is taken: run {run} ({status}) keeps its history; choose another slug"
+        ))),
+        Taken::Pruned(run) => {
+            Err(RunError::Invalid(format!("--slug {slug} is taken by pruned run {run}; choose another slug")))
+        }
+    }
+}
+
+/// The plan's slug, else the next free `<slug>-N` (N = 2, 3…) when the plan's own run has ended;
+/// the base is shortened so `<base>-N` stays a slug whose socket path fits. A live run under the
+/// plan's slug is refused; re-runs started together each take their own number.
+fn next_slug(at: &Place, base: &Slug) -> Result<Slug, RunError> {
+    match at.taken(base) {
+        Taken::Free => return fitting(at, base.clone()),
+        Taken::Live(run, status) => return Err(refuse_live(&run, status)),
+        Taken::Ended(..) | Taken::Pruned(_) => {}
+    }
+    for n in 2..=10_000u32 {
+        let slug = numbered(at, base, n)?;
+        if matches!(at.taken(&slug), Taken::Free) {
+            return fitting(at, slug);
+        }
+    }
+    Err(RunError::Invalid(format!("every slug {base}-N up to 10000 is taken")))
+}
+
+/// `slug`, when a supervised run's socket path fits with it.
+fn fitting(at: &Place, slug: Slug) -> Result<Slug, RunError> {
+    if at.supervised {
+        let run_id = RunId::derive(at.repo, at.worktree, &slug);
+        at.home.checked_socket_path(&run_id).map_err(|e| RunError::Invalid(e.to_string()))?;
+    }
+    Ok(slug)
+}
+
+/// `<base>-N`, the base cut (at a character the slug grammar ends on) so it is a slug and, for a
+/// supervised run, its socket path fits.
+fn numbered(at: &Place, base: &Slug, n: u32) -> Result<Slug, RunError> {
+    let suffix = format!("-{n}");
+    let mut keep = base.as_str().len().min(crate::ids::SLUG_MAX - suffix.len());
+    loop {
+        let cut = base.as_str()[..keep].trim_end_matches(['-', '.', '_']);
+        if let Ok(s) = Slug::parse(&format!("{cut}{suffix}"))
+            && (at.fits(&s) || keep == 0)
+        {
+            return Ok(s);
+        }
+        if keep == 0 {
+            return Err(RunError::Invalid(format!("no slug {base}-{n} fits the slug grammar")));
+        }
+        keep -= 1;
+    }
 }
 
 /// True when a systemd user manager answers and has the supervisor template unit.

@@ -102,5 +102,6 @@ pub fn bench_pointer(repo: &Path, slug: &str, repo_name: &str) -> harness::state
         runstate_dir: rs,
         plane: harness::state::registry::Plane::Standalone,
         created: harness::state::journal::now_rfc3339(),
+        base_slug: None,
     }
 }

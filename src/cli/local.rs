@@ -35,7 +35,15 @@ pub(super) fn registry_add(
     project: Option<&str>,
 ) -> Result<(), CliError> {
     let slug = Slug::parse(slug).map_err(usage)?;
-    let reg = registry::Registration { repo_root: repo, worktree, slug: &slug, plane, runstate_dir, project };
+    let reg = registry::Registration {
+        repo_root: repo,
+        worktree,
+        slug: &slug,
+        plane,
+        runstate_dir,
+        project,
+        base_slug: None,
+    };
     let p = registry::register(&home()?, &reg).map_err(during(format!("registering {slug} in {}", repo.display())))?;
     print_json(&p);
     Ok(())

@@ -124,6 +124,10 @@ enum Cmd {
         worktree: Option<PathBuf>,
         #[arg(long)]
         project: Option<String>,
+        /// The run's slug (default: the plan's, or `<slug>-2`, `-3`… when a run of the plan has
+        /// ended in this worktree; its history is kept).
+        #[arg(long)]
+        slug: Option<String>,
         /// Run with a supervisor: control socket, liveness, live verbs.
         #[arg(long)]
         supervised: bool,
@@ -659,8 +663,8 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Demo { dir, listen, pace } => {
             crate::demo::run(dir, listen, pace).map_err(|e| error::failed("harness demo", e))
         }
-        Cmd::Run { plan, repo, worktree, project, supervised, foreground, register_only, tuning } => {
-            let how = start::How { supervised: supervised || register_only, foreground, register_only };
+        Cmd::Run { plan, repo, worktree, project, slug, supervised, foreground, register_only, tuning } => {
+            let how = start::How { supervised: supervised || register_only, foreground, register_only, slug };
             start::run_plan(&plan, repo, worktree, project, how, &tuning)
         }
         Cmd::Supervise { run, tuning } => start::supervise(&run, &tuning),
@@ -701,7 +705,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Deny { run, task, id, message, api } => remote::decide(&api.client()?, &run, &task, &id, false, message),
         Cmd::Session(SessionCmd::Start { cwd, prompt, model, idle, foreground, tuning }) => {
             let plan = start::session_plan(prompt.as_deref(), model.as_deref(), idle)?;
-            let how = start::How { supervised: true, foreground, register_only: false };
+            let how = start::How { supervised: true, foreground, register_only: false, slug: None };
             start::run_plan(&plan, Some(cwd), None, None, how, &tuning)
         }
         Cmd::Session(SessionCmd::End { run }) => remote::control_verb(&run, Act::End(control::End)),

@@ -85,6 +85,8 @@ pub(super) struct How {
     pub supervised: bool,
     pub foreground: bool,
     pub register_only: bool,
+    /// `--slug`.
+    pub slug: Option<String>,
 }
 
 fn print_started(id: &RunId, plan: &crate::state::plan::Plan, how: &str) {
@@ -146,6 +148,7 @@ pub(super) fn run_plan(
         worktree: worktree.as_deref(),
         project: project.as_deref(),
         supervised: how.supervised,
+        slug: how.slug.as_deref(),
         preflight: true,
     };
     let (plan, p) = crate::runner::register(&home, &launch).map_err(|e| match e {

@@ -47,6 +47,16 @@ pub struct Pointer {
     pub plane: Plane,
     /// RFC 3339 creation time.
     pub created: String,
+    /// The plan's slug when the run took another (`<slug>-2`, `--slug`): a re-run of that plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_slug: Option<Slug>,
+}
+
+impl Pointer {
+    /// The slug of the plan this run is a run of: its `base_slug`, else its own.
+    pub fn plan_slug(&self) -> &Slug {
+        self.base_slug.as_ref().unwrap_or(&self.slug)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -228,6 +238,8 @@ pub struct Registration<'a> {
     pub runstate_dir: Option<&'a Path>,
     /// `None`: the repo's directory name.
     pub project: Option<&'a str>,
+    /// The plan's slug, when the run's own differs (a re-run).
+    pub base_slug: Option<&'a Slug>,
 }
 
 /// Canonicalizes the paths, derives the runId, creates the runstateDir, reads the worktree's branch,
@@ -266,6 +278,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
         runstate_dir,
         plane: r.plane,
         created,
+        base_slug: r.base_slug.cloned(),
     };
     write(home, &p)?;
     Ok(p)

@@ -63,6 +63,7 @@ impl HandRun {
             runstate_dir: rs.clone(),
             plane: s.plane,
             created: s.ts.clone(),
+            base_slug: None,
         };
         let plan = serde_json::json!({"v":"plan/v1","slug":s.slug,"tasks":[{"id":"T1","wave":1,"adapter":"claude","prompt":"p"}]});
         std::fs::write(rs.join(format!("{}.plan.json", s.slug)), plan.to_string()).unwrap();

@@ -93,6 +93,11 @@ impl RunStatus {
     pub fn as_str(self) -> &'static str {
         crate::wire::name_of(&self)
     }
+
+    /// The run has ended: nothing of it runs or will run again.
+    pub fn is_over(self) -> bool {
+        matches!(self, RunStatus::Finished | RunStatus::Failed)
+    }
 }
 
 super::record::display_as_str!(RunStatus);
