@@ -33,6 +33,7 @@ mod tidy;
 mod top;
 mod trust;
 mod verb_status;
+mod views;
 mod watch;
 mod worktrees;
 mod wrappers;
