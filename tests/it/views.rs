@@ -131,3 +131,60 @@ fn every_view_keeps_its_keys_and_json_types() {
     let pinned = std::fs::read_to_string(repo_dir().join("tests/it/views.shape")).unwrap();
     assert_eq!(text, pinned, "a view's keys or JSON types changed (tests/it/views.shape pins them)");
 }
+
+/// A CLI reads the views of a newer API: fields it does not know are ignored, and values it does
+/// not know read as `Unknown`.
+#[test]
+fn a_newer_apis_views_read() {
+    use crate::openapi::types;
+    use harness::views::*;
+    let mut row = serde_json::to_value(RunRow { run: types::summary(types::health()), live: true }).unwrap();
+    row["host"] = "build-3".into();
+    row["status"] = "archived".into();
+    row["plane"] = "fleet".into();
+    row["pause_reason"] = "maintenance".into();
+    row["usage"]["cost"] = "estimated".into();
+    row["usage"]["currency"] = "EUR".into();
+    row["counts"]["parked"] = 3.into();
+    row["journal"]["compacted"] = true.into();
+    let r: RunRow = serde_json::from_value(row).unwrap();
+    assert_eq!(
+        (r.run.status, r.run.plane, r.run.pause_reason),
+        (RunStatus::Unknown, Plane::Unknown, Some(PauseReason::Unknown))
+    );
+    assert_eq!((r.run.usage.cost, r.run.counts.committed, r.live), (Cost::Unknown, 2, true));
+
+    let mut d = serde_json::to_value(types::run_detail()).unwrap();
+    d["host"] = "build-3".into();
+    let t = &mut d["plan"]["waves"][0]["tasks"][0];
+    t["state"] = "parked".into();
+    t["adapter"] = "gemini".into();
+    t["priority"] = 1.into();
+    d["attention"][0]["attention"] = "looping".into();
+    d["unplanned_tasks"][0]["state"] = "parked".into();
+    let d: RunDetail = serde_json::from_value(d).unwrap();
+    let t = &d.plan.waves[0].tasks[0];
+    assert_eq!(
+        (t.facts.state, t.adapter, d.attention[0].attention),
+        (TaskState::Unknown, Adapter::Unknown, AttentionKind::Unknown)
+    );
+    assert_eq!(d.unplanned_tasks[0].facts.state, TaskState::Unknown);
+
+    let mut t = serde_json::to_value(types::task_detail()).unwrap();
+    t["live"]["state"] = "sleeping".into();
+    t["live"]["cpu_s"] = 1.5.into();
+    t["steers"][0]["state"] = "expired".into();
+    t["steers"][0]["via"] = "fleet".into();
+    let t: TaskDetail = serde_json::from_value(t).unwrap();
+    assert_eq!((t.live.unwrap().state, t.steers[0].state), (LiveState::Unknown, SteerState::Unknown));
+
+    let mut a = serde_json::to_value(types::approvals()).unwrap();
+    a["approvals"][0]["state"] = "withdrawn".into();
+    a["approvals"][0]["risk"] = "high".into();
+    let a: Approvals = serde_json::from_value(a).unwrap();
+    assert_eq!(a.approvals[0].state, ApprovalState::Unknown);
+
+    let w = r#"{"v":"watch/v2","run":"0123456789ab--payments","line":3,"record":{"kind":"task"},"host":"build-3"}"#;
+    let w: WatchEvent = serde_json::from_str(w).unwrap();
+    assert_eq!((w.line, w.bad), (3, None));
+}
