@@ -6,8 +6,9 @@
 //!
 //! Forward-compatible for readers: unknown fields are ignored (no `deny_unknown_fields`), and each
 //! enum reads a value it does not know as `Unknown` (`#[serde(other)]`), so a CLI keeps working
-//! against a newer API. Writers never produce `Unknown`: `state::views` maps the journal's own
-//! (strict) enums onto these by exhaustive matches.
+//! against a newer API. The journal's own enums stay strict: `state::views` maps each onto its view
+//! twin by an exhaustive match, so a journal variant the views lack is a compile error there rather
+//! than an `unknown` on the wire.
 //!
 //! Pure data, below `state/`: no I/O, and nothing imported but the ids and the wire names.
 
