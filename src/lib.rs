@@ -22,5 +22,6 @@ pub mod state;
 pub mod supervisor;
 pub mod term;
 pub mod timeouts;
+pub mod views;
 pub mod wire;
 pub mod wrapper;

@@ -8,13 +8,15 @@
 use crate::engine::usage::Usage;
 use crate::ids::{RunId, TaskId};
 use crate::os::home::Home;
-use crate::state::journal::{RunView, TaskState};
+use crate::state::journal::TaskState;
 use crate::state::liveness;
 use crate::state::registry::{self, Pointer};
 pub use crate::state::summary::RunFiles;
-use serde_json::{Value, json};
+use crate::state::views::task_facts;
+use crate::views;
+use serde_json::Value;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Why a durable read failed.
@@ -77,91 +79,87 @@ impl Durable {
     }
 
     /// `GET /runs/:runId`: meta, the plan DAG by wave with each task's last state.
-    pub fn run_detail(&self, run: &RunId) -> Result<Value, DurableError> {
+    pub fn run_detail(&self, run: &RunId) -> Result<views::RunDetail, DurableError> {
         let files = self.load(run)?;
         let (usage, per_task) = self.run_usage(&files);
-        let mut v = files.row(&usage);
-        v["live"] = Value::Bool(files.supervisor_alive());
-        let mut waves = Vec::new();
-        if let Some(plan) = &files.plan {
-            for (w, tasks) in plan.waves() {
-                let tasks: Vec<Value> = tasks
-                    .iter()
-                    .map(|t| {
-                        let mut tv = task_state_json(&files.view, &t.id);
-                        self.add_worktree(&mut tv, &files.pointer.run_id, &t.id);
-                        tv["id"] = json!(t.id);
-                        tv["adapter"] = json!(t.adapter);
-                        tv["review"] = json!(t.review);
-                        tv["gate"] = json!(t.gate);
-                        tv["usage"] = json!(per_task.get(&t.id));
-                        tv["budget_usd"] = json!(files.view.task_budgets.get(&t.id).copied().or(t.budget_usd));
-                        // A task whose turn may run: how long since its log last grew.
-                        if files.view.state_of(&t.id) == Some(TaskState::Leased) {
-                            let log = crate::state::spend::task_log(&files.view, &files.pointer, &t.id);
-                            let idle = std::fs::metadata(&log)
-                                .and_then(|m| m.modified())
-                                .ok()
-                                .and_then(|m| m.elapsed().ok())
-                                .map(|d| d.as_secs_f64());
-                            tv["idle_s"] = json!(idle);
-                        }
-                        tv
-                    })
-                    .collect();
-                waves.push(json!({"wave": w, "tasks": tasks}));
-            }
-        }
-        v["plan"] = json!({"waves": waves});
-        // Tasks the journal knows but the plan copy does not (plan copy missing or edited).
-        let unplanned: Vec<Value> = files
-            .view
+        let v = &files.view;
+        let waves = match &files.plan {
+            Some(plan) => plan
+                .waves()
+                .into_iter()
+                .map(|(wave, tasks)| views::Wave {
+                    wave,
+                    tasks: tasks.iter().map(|t| self.task_view(&files, t, per_task.get(&t.id))).collect(),
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let unplanned = v
             .tasks
             .keys()
             .filter(|t| files.plan.as_ref().is_none_or(|p| p.task(t).is_none()))
-            .map(|t| {
-                let mut tv = task_state_json(&files.view, t);
-                tv["id"] = json!(t);
-                tv
-            })
+            .map(|t| views::UnplannedTask { id: t.clone(), facts: task_facts(v, t) })
             .collect();
-        v["unplanned_tasks"] = json!(unplanned);
-        v["pending_steers"] = json!(files.view.pending_steers.len());
-        v["attention"] = json!(files.view.attention);
-        v["journal"]["bad_line_list"] = json!(files.view.bad_lines);
-        v["journal"]["torn_tail_line"] = json!(files.view.torn_tail);
-        v["paths"] = json!({
-            "journal": files.pointer.journal_path(),
-            "plan": files.pointer.plan_path(),
-            "liveness": files.pointer.liveness_path(),
-        });
-        Ok(v)
+        let p = &files.pointer;
+        Ok(views::RunDetail {
+            run: files.row(&usage).with_journal(|health| views::JournalDetail {
+                health,
+                bad_line_list: v.bad_lines.iter().map(Into::into).collect(),
+                torn_tail_line: v.torn_tail.as_ref().map(Into::into),
+            }),
+            live: files.supervisor_alive(),
+            plan: views::PlanView { waves },
+            unplanned_tasks: unplanned,
+            pending_steers: v.pending_steers.len() as u64,
+            attention: v.attention.iter().map(Into::into).collect(),
+            paths: views::RunPaths { journal: p.journal_path(), plan: p.plan_path(), liveness: p.liveness_path() },
+        })
     }
 
-    /// The task's worktree, when it exists (additive field of the task views).
-    fn add_worktree(&self, tv: &mut Value, run: &RunId, task: &TaskId) {
-        let tree = crate::os::worktree::of(&self.home, run, task);
-        if tree.path.is_dir() {
-            tv["worktree"] = json!(tree.path);
+    /// A task of the plan as the Job view shows it.
+    fn task_view(&self, files: &RunFiles, t: &crate::state::plan::Task, usage: Option<&Usage>) -> views::TaskView {
+        let v = &files.view;
+        let mut facts = task_facts(v, &t.id);
+        facts.worktree = self.worktree(&files.pointer.run_id, &t.id);
+        // A task whose turn may run: how long since its log last grew.
+        let idle_s = (v.state_of(&t.id) == Some(TaskState::Leased)).then(|| {
+            let log = crate::state::spend::task_log(v, &files.pointer, &t.id);
+            std::fs::metadata(&log)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .map(|d| d.as_secs_f64())
+        });
+        views::TaskView {
+            id: t.id.clone(),
+            facts,
+            adapter: t.adapter.into(),
+            review: t.review,
+            gate: t.gate.clone(),
+            usage: usage.map(Into::into),
+            budget_usd: v.task_budgets.get(&t.id).copied().or(t.budget_usd),
+            idle_s,
         }
     }
 
-    /// `GET /runs/:runId/tasks/:tid`: binding, journal state, session, liveness (pid/runtime/idle), log.
-    /// `GET /runs/:runId/approvals`: every asked tool call of the run (oldest first), or those in
-    /// `state` only.
-    pub fn approvals(&self, run: &RunId, state: Option<&str>) -> Result<Value, DurableError> {
-        let files = self.load(run)?;
-        let mut list: Vec<&crate::state::journal::ApprovalView> = files
-            .view
-            .approvals
-            .values()
-            .filter(|a| state.is_none_or(|s| crate::state::journal::approval_state_str(a.state) == s))
-            .collect();
-        list.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
-        Ok(json!({"runId": run, "approvals": list}))
+    /// The task's worktree, when it exists.
+    fn worktree(&self, run: &RunId, task: &TaskId) -> Option<PathBuf> {
+        let tree = crate::os::worktree::of(&self.home, run, task);
+        tree.path.is_dir().then_some(tree.path)
     }
 
-    pub fn task_detail(&self, run: &RunId, task: &TaskId) -> Result<Value, DurableError> {
+    /// `GET /runs/:runId/approvals`: every asked tool call of the run (oldest first), or those in
+    /// `state` only.
+    pub fn approvals(&self, run: &RunId, state: Option<&str>) -> Result<views::Approvals, DurableError> {
+        let files = self.load(run)?;
+        let mut list: Vec<&crate::state::journal::ApprovalView> =
+            files.view.approvals.values().filter(|a| state.is_none_or(|s| a.state.as_str() == s)).collect();
+        list.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
+        Ok(views::Approvals { run_id: run.clone(), approvals: list.into_iter().map(Into::into).collect() })
+    }
+
+    /// `GET /runs/:runId/tasks/:tid`: binding, journal state, session, liveness (pid/runtime/idle), log.
+    pub fn task_detail(&self, run: &RunId, task: &TaskId) -> Result<views::TaskDetail, DurableError> {
         let files = self.load(run)?;
         let planned = files.plan.as_ref().and_then(|p| p.task(task));
         let journaled = files.view.tasks.get(task);
@@ -169,56 +167,60 @@ impl Durable {
             return Err(DurableError::UnknownTask { run: run.clone(), task: task.clone() });
         }
         let live_rec = files.liveness.as_ref().and_then(|l| l.tasks.get(task));
-        let now = std::time::SystemTime::now();
-        let secs_since = |ts: &str| {
-            humantime::parse_rfc3339_weak(ts).ok().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs_f64())
-        };
         let logfile = journaled
             .and_then(|j| j.logfile.clone())
             .or_else(|| live_rec.map(|l| l.logfile.clone()))
             .unwrap_or_else(|| files.pointer.default_logfile(task));
-        // The engine's last output is when its log last grew (the liveness cache does not hold it).
-        let log_mtime = std::fs::metadata(&logfile)
-            .and_then(|m| m.modified())
-            .ok()
-            .map(|t| humantime::format_rfc3339_millis(t).to_string());
-        let live = live_rec.map(|l| {
-            let last_output = l.last_output_ts.clone().or_else(|| log_mtime.clone());
-            json!({
-                "pid": l.pid,
-                "pgid": l.pgid,
-                "alive": liveness::pid_alive(l.pid),
-                "state": l.state,
-                "started_ts": l.started_ts,
-                "runtime_s": secs_since(&l.started_ts),
-                "idle_s": last_output.as_deref().and_then(secs_since),
-                "last_output_ts": last_output,
-            })
-        });
-        let session_id =
-            journaled.and_then(|j| j.session_id.clone()).or_else(|| live_rec.and_then(|l| l.session_id.clone()));
-        let mut v = task_state_json(&files.view, task);
-        v["runId"] = json!(run);
-        v["task"] = json!(task);
-        v["binding"] = json!(planned);
-        v["session_id"] = json!(session_id);
-        v["live"] = json!(live);
-        if let Some(t) = planned {
+        let usage = planned.map(|t| {
             let kept = (!logfile.exists())
                 .then(|| crate::state::spend::kept_usage(&files.pointer).remove(task.as_str()))
                 .flatten();
-            v["usage"] = json!(kept.unwrap_or_else(|| self.log_usage(t.adapter, &logfile)));
-        }
-        v["logfile"] = json!(logfile);
-        v["log_exists"] = json!(logfile.exists());
-        v["pending_steers"] = json!(files.view.pending_steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
-        // every steer of the task and where it stands.
-        v["steers"] = json!(files.view.steers.iter().filter(|s| &s.task == task).collect::<Vec<_>>());
-        // the task's attention marks.
-        v["attention"] = json!(files.view.attention.iter().filter(|a| &a.task == task).collect::<Vec<_>>());
-        v["supervised"] = json!(files.supervisor_alive());
-        self.add_worktree(&mut v, run, task);
-        Ok(v)
+            views::Usage::from(&kept.unwrap_or_else(|| self.log_usage(t.adapter, &logfile)))
+        });
+        let mut facts = task_facts(&files.view, task);
+        facts.session_id =
+            journaled.and_then(|j| j.session_id.clone()).or_else(|| live_rec.and_then(|l| l.session_id.clone()));
+        facts.worktree = self.worktree(run, task);
+        let of_task = |t: &TaskId| t == task;
+        Ok(views::TaskDetail {
+            run_id: run.clone(),
+            task: task.clone(),
+            facts,
+            binding: planned.map(|t| serde_json::to_value(t).expect("a plan task serializes")),
+            live: live_rec.map(|l| task_live(l, &logfile)),
+            usage,
+            log_exists: logfile.exists(),
+            logfile,
+            pending_steers: files.view.pending_steers.iter().filter(|s| of_task(&s.task)).map(Into::into).collect(),
+            steers: files.view.steers.iter().filter(|s| of_task(&s.task)).map(Into::into).collect(),
+            attention: files.view.attention.iter().filter(|a| of_task(&a.task)).map(Into::into).collect(),
+            supervised: files.supervisor_alive(),
+        })
+    }
+}
+
+/// A task's liveness record as the Agent view shows it: runtime, and idle since the engine's last
+/// output — when its log last grew, which the liveness cache does not hold.
+fn task_live(l: &crate::state::liveness::TaskLiveness, logfile: &Path) -> views::TaskLive {
+    let now = std::time::SystemTime::now();
+    let secs_since = |ts: &str| {
+        humantime::parse_rfc3339_weak(ts).ok().and_then(|t| now.duration_since(t).ok()).map(|d| d.as_secs_f64())
+    };
+    let last_output = l.last_output_ts.clone().or_else(|| {
+        std::fs::metadata(logfile)
+            .and_then(|m| m.modified())
+            .ok()
+            .map(|t| humantime::format_rfc3339_millis(t).to_string())
+    });
+    views::TaskLive {
+        pid: l.pid,
+        pgid: l.pgid,
+        alive: liveness::pid_alive(l.pid),
+        state: l.state.into(),
+        started_ts: l.started_ts.clone(),
+        runtime_s: secs_since(&l.started_ts),
+        idle_s: last_output.as_deref().and_then(secs_since),
+        last_output_ts: last_output,
     }
 }
 
@@ -230,15 +232,4 @@ fn pruned(home: &Home, run: &RunId) -> Option<String> {
         Some(t) => format!("at {t} by `harness prune` (its journal, plan and logs are gone)"),
         None => "by `harness prune` (its journal, plan and logs are gone)".into(),
     })
-}
-
-fn task_state_json(view: &RunView, task: &TaskId) -> Value {
-    match view.tasks.get(task) {
-        Some(t) => json!({
-            "state": t.state, "rc": t.rc, "detail": t.detail, "sha": t.sha, "no_changes": t.no_changes,
-            "session_id": t.session_id, "attempts": t.attempts, "updated": t.ts,
-        }),
-        None => json!({"state": "pending", "rc": null, "detail": null, "sha": null, "no_changes": false,
-                       "session_id": null, "attempts": 0, "updated": null}),
-    }
 }

@@ -9,12 +9,14 @@
 //! `Last-Event-ID` resumes with no gap and no duplicate across reconnects and API restarts.
 
 use super::{Api, Body, error_response};
+use crate::ids::RunId;
+use crate::views::WatchEvent;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -70,11 +72,21 @@ impl Cursor {
     }
 }
 
+/// A checkpoint file: the lines delivered per run, by run. Its name is a hash of its bytes, so the
+/// fields keep the order that makes a vector's bytes the same in every API process.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    runs: Vec<(String, u64)>,
+    /// `watch-checkpoint/v1`.
+    v: String,
+}
+
 /// Writes (or finds) the checkpoint of `v`: a cursor with an empty delta.
 fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
     use sha2::Digest;
     let base: Vec<(String, u64)> = v.iter().map(|(r, l)| (r.clone(), *l)).collect();
-    let body = serde_json::to_vec(&json!({"v": "watch-checkpoint/v1", "runs": base})).expect("JSON");
+    let file = Checkpoint { runs: base, v: "watch-checkpoint/v1".into() };
+    let body = serde_json::to_vec(&file).expect("a checkpoint serializes");
     let hash = sha2::Sha256::digest(&body);
     let name: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let path = dir.join(format!("{name}.json"));
@@ -88,7 +100,7 @@ fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
             .open(&path)
             .and_then(|f| f.set_modified(std::time::SystemTime::now()));
     }
-    Ok(Cursor { ckpt: name, base, delta: BTreeMap::new() })
+    Ok(Cursor { ckpt: name, base: file.runs, delta: BTreeMap::new() })
 }
 
 /// Reads a cursor a client sent: 400-worthy text when it is not one, or names a checkpoint that is
@@ -102,9 +114,8 @@ fn parse_cursor(dir: &Path, id: &str) -> Result<Vector, String> {
     }
     let body = std::fs::read(dir.join(format!("{ckpt}.json")))
         .map_err(|_| format!("cursor {id:?} names checkpoint {ckpt}, which this home does not hold (expired?): reconnect with ?since=now, or without a cursor to read everything"))?;
-    let v: Value = serde_json::from_slice(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?;
-    let base: Vec<(String, u64)> =
-        serde_json::from_value(v["runs"].clone()).map_err(|e| format!("checkpoint {ckpt}: {e}"))?;
+    let base =
+        serde_json::from_slice::<Checkpoint>(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?.runs;
     let mut vec: Vector = base.iter().cloned().collect();
     for part in delta.split(',').filter(|p| !p.is_empty()) {
         let (who, line) = part.rsplit_once(':').ok_or_else(bad)?;
@@ -138,7 +149,7 @@ struct Journal {
 struct State {
     cursor: Cursor,
     seq: u64,
-    journals: BTreeMap<String, Journal>,
+    journals: BTreeMap<RunId, Journal>,
     /// Dropped when the API shuts down: every watcher's stream then ends (no per-poll watch of
     /// the shutdown signal in 1,000 streams).
     tx: Option<broadcast::Sender<Arc<Item>>>,
@@ -149,7 +160,7 @@ pub struct Hub {
     dir: PathBuf,
     runs_dir: PathBuf,
     /// Pointer file name → (runId, journal): a pointer is parsed once.
-    pointers: Mutex<std::collections::HashMap<String, (String, PathBuf)>>,
+    pointers: Mutex<std::collections::HashMap<String, (RunId, PathBuf)>>,
     state: Mutex<State>,
 }
 
@@ -177,13 +188,12 @@ impl Watch {
     }
 }
 
-fn frame(id: &str, run: &str, line: u64, raw: &[u8]) -> Bytes {
-    let record: Value = serde_json::from_slice(raw).unwrap_or(Value::Null);
-    let bad = record.is_null().then(|| String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned());
-    let mut data = json!({"v": "watch/v1", "run": run, "line": line, "record": record});
-    if let Some(b) = bad {
-        data["bad"] = json!(b);
-    }
+/// One record's SSE frame. `run` is a registered runId (the scanner took it from a pointer).
+fn frame(id: &str, run: &RunId, line: u64, raw: &[u8]) -> Bytes {
+    let record = serde_json::from_slice::<Value>(raw).ok().filter(|r| !r.is_null());
+    let bad = record.is_none().then(|| String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned());
+    let data = WatchEvent { v: "watch/v1".into(), run: run.clone(), line, record, bad };
+    let data = serde_json::to_string(&data).expect("a watch event serializes");
     Bytes::from(format!("id: {id}\ndata: {data}\n\n"))
 }
 
@@ -207,7 +217,7 @@ impl Hub {
             let first = first_line_hash(&bytes[..bytes.len().min(4096)]);
             journals.insert(run, Journal { path, offset: end as u64, lines, ino, first });
         }
-        let v: Vector = journals.iter().map(|(r, j)| (r.clone(), j.lines)).collect();
+        let v: Vector = journals.iter().map(|(r, j)| (r.to_string(), j.lines)).collect();
         let cursor =
             checkpoint(&dir, &v).map_err(|e| format!("cannot write a watch checkpoint in {}: {e}", dir.display()))?;
         let (tx, _) = broadcast::channel(LAG);
@@ -257,7 +267,7 @@ impl Hub {
                 j.lines = lines;
             }
             for (line, raw) in items {
-                if let Err(e) = st.cursor.advance(&self.dir, &run, line) {
+                if let Err(e) = st.cursor.advance(&self.dir, run.as_str(), line) {
                     tracing::error!(error = %e, "cannot write a watch checkpoint");
                 }
                 st.seq += 1;
@@ -286,8 +296,8 @@ fn inode(path: &Path) -> u64 {
 /// The registered runs and their journals, parsing only pointers not seen before.
 fn registered_cached(
     runs_dir: &Path,
-    known: &mut std::collections::HashMap<String, (String, PathBuf)>,
-) -> Vec<(String, PathBuf)> {
+    known: &mut std::collections::HashMap<String, (RunId, PathBuf)>,
+) -> Vec<(RunId, PathBuf)> {
     let Ok(rd) = std::fs::read_dir(runs_dir) else { return Vec::new() };
     let mut out = Vec::new();
     for e in rd.flatten() {
@@ -301,7 +311,7 @@ fn registered_cached(
         }
         let Ok(bytes) = std::fs::read(e.path()) else { continue };
         if let Ok(p) = crate::state::registry::parse(&e.path(), &bytes) {
-            let entry = (p.run_id.to_string(), p.journal_path());
+            let entry = (p.run_id.clone(), p.journal_path());
             known.insert(name, entry.clone());
             out.push(entry);
         }
@@ -311,7 +321,7 @@ fn registered_cached(
 }
 
 /// The registered runs and their journals.
-fn registered(runs_dir: &Path) -> Vec<(String, PathBuf)> {
+fn registered(runs_dir: &Path) -> Vec<(RunId, PathBuf)> {
     registered_cached(runs_dir, &mut Default::default())
 }
 
@@ -360,7 +370,7 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
     // Subscribed under the lock: no record falls between the snapshot and the subscription.
     let (rx, present, seq0) = {
         let st = hub.state.lock().unwrap_or_else(|p| p.into_inner());
-        let present: Vec<(String, PathBuf, u64)> =
+        let present: Vec<(RunId, PathBuf, u64)> =
             st.journals.iter().map(|(r, j)| (r.clone(), j.path.clone(), j.lines)).collect();
         let Some(tx) = &st.tx else {
             return Err(error_response(StatusCode::SERVICE_UNAVAILABLE, "the API is shutting down"));
@@ -375,7 +385,7 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
                 .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
                 .map_err(|e| error_response(StatusCode::BAD_REQUEST, e))?
         }
-        (None, true) => present.iter().map(|(r, _, l)| (r.clone(), *l)).collect(),
+        (None, true) => present.iter().map(|(r, _, l)| (r.to_string(), *l)).collect(),
         (None, false) => Vector::new(),
     };
     // The catch-up comes from a task reading the journals; then the live records straight from the
@@ -406,17 +416,17 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
 
 /// One watcher's catch-up: from `from` to the present, read from the journals, with cursors of its
 /// own (the live records that follow build on that present).
-async fn catch_up_task(hub: Arc<Hub>, present: Vec<(String, PathBuf, u64)>, from: Vector, tx: mpsc::Sender<Bytes>) {
+async fn catch_up_task(hub: Arc<Hub>, present: Vec<(RunId, PathBuf, u64)>, from: Vector, tx: mpsc::Sender<Bytes>) {
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
     }
     // A cursor past a journal's end names a journal since replaced: its lines are all new.
-    let had = |r: &String, upto: u64| from.get(r).copied().filter(|&h| h <= upto).unwrap_or(0);
+    let had = |r: &RunId, upto: u64| from.get(r.as_str()).copied().filter(|&h| h <= upto).unwrap_or(0);
     let behind = present.iter().any(|(r, _, l)| had(r, *l) < *l);
     if behind {
         // The client's own vector, checkpointed, moves line by line to the present.
         let dir = hub.dir.clone();
-        let start: Vector = present.iter().map(|(r, _, l)| (r.clone(), had(r, *l))).collect();
+        let start: Vector = present.iter().map(|(r, _, l)| (r.to_string(), had(r, *l))).collect();
         let cursor = tokio::task::spawn_blocking(move || checkpoint(&dir, &start)).await;
         let Ok(Ok(mut cursor)) = cursor else { return };
         for (run, path, upto) in &present {
@@ -435,7 +445,7 @@ async fn catch_up_task(hub: Arc<Hub>, present: Vec<(String, PathBuf, u64)>, from
                 if line > *upto {
                     break;
                 }
-                if cursor.advance(&hub.dir, run, line).is_err() {
+                if cursor.advance(&hub.dir, run.as_str(), line).is_err() {
                     return;
                 }
                 if tx.send(frame(&cursor.id(), run, line, raw)).await.is_err() {

@@ -28,7 +28,6 @@ use hyper::body::Incoming;
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use routes::{Route, RouteError};
-use serde_json::json;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,7 +117,7 @@ pub fn json_response(status: StatusCode, v: &impl serde::Serialize) -> Response<
 
 /// `{ok:false, detail}` with `status`.
 pub fn error_response(status: StatusCode, detail: impl Into<String>) -> Response<Body> {
-    json_response(status, &json!({"ok": false, "detail": detail.into()}))
+    json_response(status, &crate::views::Answer { ok: false, detail: Some(detail.into()) })
 }
 
 pub(crate) fn durable_error(e: DurableError) -> Response<Body> {

@@ -676,11 +676,11 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             remote::watch(&api.client()?, &run, &task, remote::WatchFlags { json, after, until_exit })
         }
         Cmd::Steer { run, task, msg, interrupt, api } => {
-            let body = serde_json::json!({"msg": msg, "interrupt": interrupt, "by": "cli"});
-            remote::task_verb(&api.client()?, &run, &task, "steer", body)
+            let body = crate::views::SteerBody { msg, interrupt, by: "cli".into() };
+            remote::task_verb(&api.client()?, &run, &task, "steer", &body)
         }
-        Cmd::Kill { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "kill", cli_by()),
-        Cmd::Interrupt { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "interrupt", cli_by()),
+        Cmd::Kill { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "kill", &cli_by()),
+        Cmd::Interrupt { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "interrupt", &cli_by()),
         Cmd::Pause { run, api } => remote::run_verb(&api.client()?, &run, "pause"),
         Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
         Cmd::Budget { run, usd, task, api } => remote::budget(&api.client()?, &run, usd, task),
@@ -717,6 +717,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
     }
 }
 
-fn cli_by() -> serde_json::Value {
-    serde_json::json!({"by": "cli"})
+/// The body of a verb the CLI asks for.
+fn cli_by() -> crate::views::VerbBody {
+    crate::views::VerbBody { by: "cli".into() }
 }

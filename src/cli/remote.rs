@@ -8,8 +8,8 @@ use crate::client::Client;
 use crate::control::{self, Act, Reply, Request};
 use crate::ids::{RunId, TaskId};
 use crate::term::{out, out_raw, print_json};
+use crate::views::{self, Answer, Approvals, RunDetail, RunRow, RunStatus, TaskState, Usage};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 
 fn client_rt() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(during("starting the client runtime"))
@@ -17,62 +17,14 @@ fn client_rt() -> Result<tokio::runtime::Runtime, CliError> {
 
 /// Turns an API answer into its JSON, or a one-line error with the API's detail.
 fn api_answer(status: u16, body: &[u8]) -> Result<serde_json::Value, CliError> {
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or(serde_json::Value::Null);
     if (200..300).contains(&status) {
-        return Ok(v);
+        return Ok(serde_json::from_slice(body).unwrap_or(serde_json::Value::Null));
     }
-    let detail = v["detail"].as_str().map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let detail = serde_json::from_slice::<Answer>(body)
+        .ok()
+        .and_then(|a| a.detail)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     Err(CliError::Failed(format!("{status}: {detail}")))
-}
-
-/// A row of `GET /runs`, as the table shows it.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RunRow {
-    run_id: String,
-    status: String,
-    wave: Option<u64>,
-    waves: Option<u64>,
-    tasks: u64,
-    #[serde(default)]
-    counts: BTreeMap<String, u64>,
-    #[serde(default)]
-    live: bool,
-    project: Option<String>,
-    branch: Option<String>,
-}
-
-/// `GET /runs/:runId`, as `show` prints it.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RunDetail {
-    status: String,
-    repo_root: String,
-    branch: Option<String>,
-    #[serde(default)]
-    live: bool,
-    plan: PlanView,
-}
-
-#[derive(Deserialize)]
-struct PlanView {
-    waves: Vec<WaveView>,
-}
-
-#[derive(Deserialize)]
-struct WaveView {
-    wave: u64,
-    tasks: Vec<TaskRow>,
-}
-
-#[derive(Deserialize)]
-struct TaskRow {
-    id: String,
-    adapter: Option<String>,
-    state: Option<String>,
-    detail: Option<String>,
-    /// The task's worktree while it exists (kept after a conflict).
-    worktree: Option<String>,
 }
 
 fn typed<T: for<'de> Deserialize<'de>>(v: serde_json::Value, what: &str) -> Result<T, CliError> {
@@ -81,6 +33,21 @@ fn typed<T: for<'de> Deserialize<'de>>(v: serde_json::Value, what: &str) -> Resu
 
 fn branch(b: &Option<String>) -> String {
     b.as_ref().map(|b| format!(" ({b})")).unwrap_or_default()
+}
+
+/// A usage's cost as the tables show it.
+pub(super) fn money(u: Option<&Usage>) -> String {
+    u.and_then(|u| u.cost_usd).map_or("-".to_string(), |c| format!("${c:.2}"))
+}
+
+/// A run's wave of its waves (empty while no wave is known).
+pub(super) fn wave_of(r: &views::RunSummary<impl Sized>) -> String {
+    r.wave.map(|w| format!("{w}/{}", r.waves.unwrap_or(0))).unwrap_or_default()
+}
+
+/// A run's committed tasks of its tasks.
+pub(super) fn done_of(r: &views::RunSummary<impl Sized>) -> String {
+    format!("{}/{}", r.counts.committed, r.tasks)
 }
 
 /// Every run `query` matches (at most `limit`), newest activity first, fetched page by page.
@@ -121,15 +88,15 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
     }
     let rows: Vec<RunRow> = typed(v, "GET /runs")?;
     out(&format!("{:<40} {:<9} {:>5} {:>9} {:<5} {}", "RUN", "STATUS", "WAVE", "DONE", "LIVE", "PROJECT/BRANCH"));
-    for r in rows {
+    for RunRow { run: r, live } in rows {
         out(&format!(
             "{:<40} {:<9} {:>5} {:>9} {:<5} {}{}",
-            r.run_id,
-            r.status,
-            r.wave.map(|w| format!("{w}/{}", r.waves.unwrap_or(0))).unwrap_or_default(),
-            format!("{}/{}", r.counts.get("committed").copied().unwrap_or(0), r.tasks),
-            if r.live { "yes" } else { "no" },
-            r.project.as_deref().unwrap_or(""),
+            r.run_id.as_str(),
+            r.status.as_str(),
+            wave_of(&r),
+            done_of(&r),
+            if live { "yes" } else { "no" },
+            r.project,
             branch(&r.branch),
         ));
     }
@@ -146,25 +113,25 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     }
     let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
     let live = if d.live { "supervised, live" } else { "not live" };
-    out(&format!("run {id} · {} · {}{} · {live}", d.status, d.repo_root, branch(&d.branch)));
+    out(&format!("run {id} · {} · {}{} · {live}", d.run.status, d.run.repo_root.display(), branch(&d.run.branch)));
     for w in d.plan.waves {
         out(&format!("wave {}", w.wave));
         for t in w.tasks {
             out(&format!(
                 "  {:<16} {:<7} {:<11} {}",
-                t.id,
-                t.adapter.as_deref().unwrap_or(""),
-                t.state.as_deref().unwrap_or(""),
-                t.detail.as_deref().unwrap_or("")
+                t.id.as_str(),
+                t.adapter.as_str(),
+                t.facts.state.as_str(),
+                t.facts.detail.as_deref().unwrap_or("")
             ));
-            if let Some(w) = &t.worktree {
-                let kept = !d.live && t.state.as_deref() != Some("committed");
+            if let Some(w) = &t.facts.worktree {
+                let kept = !d.live && t.facts.state != TaskState::Committed;
                 let why = if kept {
                     " (kept: the task's work is not integrated; `harness clean` says what it holds, --force removes it)"
                 } else {
                     ""
                 };
-                out(&format!("  {:<16} worktree {w}{why}", ""));
+                out(&format!("  {:<16} worktree {}{why}", "", w.display()));
             }
         }
     }
@@ -178,6 +145,13 @@ pub(super) struct WatchFlags {
     pub until_exit: bool,
 }
 
+/// An events/v1 event's type (the rest is the renderer's).
+#[derive(Deserialize)]
+struct EventType {
+    #[serde(rename = "type", default)]
+    kind: String,
+}
+
 /// Follows a task's live stream; when the run is not live, prints what its log holds (the durable
 /// pages, paged by the API's own `Harness-Next-After`/`Harness-More`).
 pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Result<(), CliError> {
@@ -189,13 +163,13 @@ pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Res
     let rt = client_rt()?;
     let mut r = crate::render::Renderer::default();
     let mut print = |data: &str| -> bool {
-        let v: serde_json::Value = serde_json::from_str(data).unwrap_or(serde_json::Value::Null);
         if flags.json {
             out(data);
         } else {
-            out_raw(&r.render(&v));
+            out_raw(&r.render(&serde_json::from_str(data).unwrap_or(serde_json::Value::Null)));
         }
-        !(flags.until_exit && v["type"] == "exit")
+        let exit = serde_json::from_str::<EventType>(data).is_ok_and(|e| e.kind == "exit");
+        !(flags.until_exit && exit)
     };
     let path = format!("/runs/{id}/tasks/{task}/stream");
     let status = rt.block_on(c.follow(&path, flags.after.clone(), |e| print(&e.data)))?;
@@ -225,10 +199,14 @@ pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Res
     }
 }
 
-fn post(c: &Client, path: &str, body: serde_json::Value) -> Result<(), CliError> {
+fn post(c: &Client, path: &str, body: &impl serde::Serialize) -> Result<(), CliError> {
+    let body = serde_json::to_value(body).expect("a request body serializes");
     let (status, bytes) = client_rt()?.block_on(c.call("POST", path, Some(&body)))?;
     let v = api_answer(status, &bytes)?;
-    out(v["detail"].as_str().map(str::to_string).unwrap_or_else(|| v.to_string()).as_str());
+    match serde_json::from_value::<Answer>(v.clone()).ok().and_then(|a| a.detail) {
+        Some(d) => out(&d),
+        None => out(&v.to_string()),
+    }
     Ok(())
 }
 
@@ -238,7 +216,7 @@ pub(super) fn task_verb(
     run: &str,
     task: &str,
     verb: &str,
-    body: serde_json::Value,
+    body: &impl serde::Serialize,
 ) -> Result<(), CliError> {
     let run = RunId::parse(run).map_err(usage)?;
     let task = TaskId::parse(task).map_err(usage)?;
@@ -248,7 +226,7 @@ pub(super) fn task_verb(
 /// `pause` and `resume`: a POST to the run's verb route.
 pub(super) fn run_verb(c: &Client, run: &str, verb: &str) -> Result<(), CliError> {
     let run = RunId::parse(run).map_err(usage)?;
-    post(c, &format!("/runs/{run}/{verb}"), super::cli_by())
+    post(c, &format!("/runs/{run}/{verb}"), &super::cli_by())
 }
 
 /// `harness budget`: POST /runs/:runId/budget.
@@ -257,11 +235,8 @@ pub(super) fn budget(c: &Client, run: &str, usd: f64, task: Option<String>) -> R
     if !(usd.is_finite() && usd > 0.0) {
         return Err(usage(format!("the budget must be a positive number of US dollars, got {usd}")));
     }
-    let mut body = serde_json::json!({"usd": usd, "by": "cli"});
-    if let Some(t) = task {
-        body["task"] = serde_json::json!(t);
-    }
-    post(c, &format!("/runs/{run}/budget"), body)
+    let task = task.map(|t| TaskId::parse(&t)).transpose().map_err(usage)?;
+    post(c, &format!("/runs/{run}/budget"), &views::BudgetBody { usd, task, by: "cli".into() })
 }
 
 /// The verbs the CLI sends straight to the supervisor's socket.
@@ -291,20 +266,20 @@ pub(super) fn approvals(c: &Client, run: &str, all: bool, json: bool) -> Result<
         print_json(&v);
         return Ok(());
     }
-    let list = v["approvals"].as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
+    let list: Approvals = typed(v, &format!("GET {path}"))?;
+    if list.approvals.is_empty() {
         out(if all { "no approvals" } else { "no pending approvals" });
     }
-    for a in list {
-        let input = a["input"].to_string();
+    for a in list.approvals {
+        let input = a.input.unwrap_or(serde_json::Value::Null).to_string();
         let input: String = input.chars().take(100).collect();
-        let by = a["by"].as_str().map(|b| format!(" by {b}")).unwrap_or_default();
+        let by = a.by.map(|b| format!(" by {b}")).unwrap_or_default();
         out(&format!(
             "{}  {:<8} {:<9}{by}  {} {input}",
-            a["id"].as_str().unwrap_or("?"),
-            a["task"].as_str().unwrap_or("?"),
-            a["state"].as_str().unwrap_or("?"),
-            a["tool"].as_str().unwrap_or("?"),
+            a.id,
+            a.task.as_str(),
+            a.state.as_str(),
+            a.tool.as_deref().unwrap_or("?"),
         ));
     }
     Ok(())
@@ -321,60 +296,53 @@ pub(super) fn decide(
 ) -> Result<(), CliError> {
     let run = RunId::parse(run).map_err(usage)?;
     let task = TaskId::parse(task).map_err(usage)?;
-    let mut body = serde_json::json!({"decision": if allow { "allow" } else { "deny" }, "by": "cli"});
-    if let Some(m) = message {
-        body["message"] = serde_json::json!(m);
-    }
-    post(c, &format!("/runs/{run}/tasks/{task}/approvals/{id}"), body)
+    let decision = if allow { views::Decision::Allow } else { views::Decision::Deny };
+    let body = views::DecideBody { decision, message, by: "cli".into() };
+    post(c, &format!("/runs/{run}/tasks/{task}/approvals/{id}"), &body)
 }
 
 /// `harness top --once`: one frame — runs, then each live or paused run's tasks.
 pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
     let rt = client_rt()?;
-    let runs = runs_matching(c, "", None)?;
-    let money = |v: &serde_json::Value| v["usage"]["cost_usd"].as_f64().map_or("-".to_string(), |c| format!("${c:.2}"));
+    let runs: Vec<RunRow> = typed(serde_json::Value::Array(runs_matching(c, "", None)?), "GET /runs")?;
     let mut lines = vec![format!(
         "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
         "RUN", "STATUS", "WAVE", "DONE", "COST", "PAUSED", "ATTENTION"
     )];
     let mut shown = 0;
-    for r in &runs {
-        let st = r["status"].as_str().unwrap_or("?");
-        if active && matches!(st, "finished" | "failed") {
+    for RunRow { run: r, .. } in &runs {
+        if active && matches!(r.status, RunStatus::Finished | RunStatus::Failed) {
             continue;
         }
         shown += 1;
-        let id = r["runId"].as_str().unwrap_or("?");
-        let detail = if matches!(st, "running" | "paused") {
+        let id = &r.run_id;
+        let detail: Option<RunDetail> = if matches!(r.status, RunStatus::Running | RunStatus::Paused) {
             let (s, b) = rt.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
-            Some(api_answer(s, &b)?)
+            Some(typed(api_answer(s, &b)?, &format!("GET /runs/{id}"))?)
         } else {
             None
         };
-        let attention = detail.as_ref().and_then(|d| d["attention"].as_array().map(|a| a.len())).unwrap_or(0);
-        let done = format!("{}/{}", r["counts"]["committed"].as_u64().unwrap_or(0), r["tasks"].as_u64().unwrap_or(0));
-        let wave = r["wave"].as_u64().map(|w| format!("{w}/{}", r["waves"].as_u64().unwrap_or(0))).unwrap_or_default();
+        let attention = detail.as_ref().map_or(0, |d| d.attention.len());
         lines.push(format!(
             "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
-            id,
-            st,
-            wave,
-            done,
-            money(r),
-            r["pause_reason"].as_str().unwrap_or(""),
+            id.as_str(),
+            r.status.as_str(),
+            wave_of(r),
+            done_of(r),
+            money(Some(&r.usage)),
+            r.pause_reason.map_or("", |p| p.as_str()),
             if attention > 0 { format!("{attention} stall mark(s)") } else { String::new() }
         ));
         let Some(d) = detail else { continue };
-        for w in d["plan"]["waves"].as_array().into_iter().flatten() {
-            for t in w["tasks"].as_array().into_iter().flatten() {
-                let tid = t["id"].as_str().unwrap_or("?");
+        for w in d.plan.waves {
+            for t in w.tasks {
                 lines.push(format!(
                     "  {:<14} w{:<3} {:<11} {:>9}  {}",
-                    tid,
-                    w["wave"].as_u64().unwrap_or(0),
-                    t["state"].as_str().unwrap_or("?"),
-                    money(t),
-                    t["detail"].as_str().unwrap_or("").chars().take(60).collect::<String>()
+                    t.id.as_str(),
+                    w.wave,
+                    t.facts.state.as_str(),
+                    money(t.usage.as_ref()),
+                    t.facts.detail.as_deref().unwrap_or("").chars().take(60).collect::<String>()
                 ));
             }
         }

@@ -4,13 +4,15 @@
 //! task's live stream in a pane. `--once` (in `remote.rs`) prints one frame as plain text instead.
 
 use super::error::CliError;
+use super::remote::{done_of, money, wave_of};
 use crate::client::Client;
+use crate::views::{self, Answer, RunDetail, RunRow, TaskView};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, TableState};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::IsTerminal;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -39,8 +41,8 @@ enum Asking {
 struct Top {
     client: Client,
     rt: tokio::runtime::Runtime,
-    runs: Vec<Value>,
-    detail: Option<Value>,
+    runs: Vec<RunRow>,
+    detail: Option<RunDetail>,
     run_sel: TableState,
     task_sel: TableState,
     focus: Focus,
@@ -50,12 +52,13 @@ struct Top {
     generation: u64,
 }
 
-fn copy(c: &Client) -> Client {
-    Client { endpoint: c.endpoint.clone(), token: c.token.clone() }
+/// The body of a verb `top` asks for.
+fn by_top() -> views::VerbBody {
+    views::VerbBody { by: "top".into() }
 }
 
-fn money(v: &Value) -> String {
-    v["usage"]["cost_usd"].as_f64().map_or("-".to_string(), |c| format!("${c:.2}"))
+fn copy(c: &Client) -> Client {
+    Client { endpoint: c.endpoint.clone(), token: c.token.clone() }
 }
 
 /// `harness top`.
@@ -145,16 +148,18 @@ pub(super) fn run(client: Client) -> Result<(), CliError> {
 }
 
 impl Top {
-    fn get(&self, path: &str) -> Option<Value> {
+    /// A view the API answers `path` with (`None`: no answer, not a 200, or not that view).
+    fn get<T: for<'de> serde::Deserialize<'de>>(&self, path: &str) -> Option<T> {
         let (status, body) = self.rt.block_on(self.client.call("GET", path, None)).ok()?;
         (status == 200).then(|| serde_json::from_slice(&body).ok()).flatten()
     }
 
-    fn post(&mut self, path: &str, body: Value) {
+    fn post(&mut self, path: &str, body: &impl serde::Serialize) {
+        let body = serde_json::to_value(body).expect("a request body serializes");
         self.status = match self.rt.block_on(self.client.call("POST", path, Some(&body))) {
             Ok((status, bytes)) => {
-                let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let detail = v["detail"].as_str().unwrap_or("").to_string();
+                let answer = serde_json::from_slice::<Answer>(&bytes).ok();
+                let detail = answer.and_then(|a| a.detail).unwrap_or_default();
                 if status == 200 { format!("ok: {detail}") } else { format!("{status}: {detail}") }
             }
             Err(e) => format!("unreachable: {e}"),
@@ -162,7 +167,7 @@ impl Top {
     }
 
     fn refresh(&mut self) {
-        if let Some(Value::Array(runs)) = self.get("/runs?limit=500") {
+        if let Some(runs) = self.get("/runs?limit=500") {
             self.runs = runs;
         }
         let n = self.runs.len();
@@ -173,25 +178,18 @@ impl Top {
     }
 
     fn selected_run(&self) -> Option<String> {
-        self.run_sel.selected().and_then(|i| self.runs.get(i)).and_then(|r| r["runId"].as_str()).map(str::to_string)
+        self.run_sel.selected().and_then(|i| self.runs.get(i)).map(|r| r.run.run_id.to_string())
     }
 
-    fn tasks(&self) -> Vec<(u64, Value)> {
+    /// The selected run's tasks, with their waves.
+    fn tasks(&self) -> Vec<(u32, &TaskView)> {
         let Some(d) = &self.detail else { return Vec::new() };
-        d["plan"]["waves"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|w| {
-                let n = w["wave"].as_u64().unwrap_or(0);
-                w["tasks"].as_array().cloned().unwrap_or_default().into_iter().map(move |t| (n, t))
-            })
-            .collect()
+        d.plan.waves.iter().flat_map(|w| w.tasks.iter().map(move |t| (w.wave, t))).collect()
     }
 
     fn selected_task(&self) -> Option<String> {
         let tasks = self.tasks();
-        self.task_sel.selected().and_then(|i| tasks.get(i)).and_then(|(_, t)| t["id"].as_str()).map(str::to_string)
+        self.task_sel.selected().and_then(|i| tasks.get(i)).map(|(_, t)| t.id.to_string())
     }
 
     /// Handles a key; false to quit.
@@ -204,7 +202,7 @@ impl Top {
                 (_, KeyCode::Esc) => self.status = "cancelled".into(),
                 (Asking::Kill, KeyCode::Char('y')) => {
                     if let (Some(run), Some(task)) = (self.selected_run(), self.selected_task()) {
-                        self.post(&format!("/runs/{run}/tasks/{task}/kill"), json!({"by": "top"}));
+                        self.post(&format!("/runs/{run}/tasks/{task}/kill"), &by_top());
                     }
                 }
                 (Asking::Kill, _) => self.status = "not killed".into(),
@@ -248,9 +246,9 @@ impl Top {
             }
             KeyCode::Char('p') => {
                 if let Some(run) = self.selected_run() {
-                    let paused = self.detail.as_ref().is_some_and(|d| d["paused"] == true);
+                    let paused = self.detail.as_ref().is_some_and(|d| d.run.paused);
                     let verb = if paused { "resume" } else { "pause" };
-                    self.post(&format!("/runs/{run}/{verb}"), json!({"by": "top"}));
+                    self.post(&format!("/runs/{run}/{verb}"), &by_top());
                 }
             }
             KeyCode::Char('s') if self.selected_task().is_some() => self.asking = Some((Asking::Steer, String::new())),
@@ -267,12 +265,13 @@ impl Top {
         match what {
             Asking::Steer if !text.is_empty() => {
                 if let Some(task) = task {
-                    self.post(&format!("/runs/{run}/tasks/{task}/steer"), json!({"msg": text, "by": "top"}));
+                    let body = views::SteerBody { msg: text.into(), interrupt: false, by: "top".into() };
+                    self.post(&format!("/runs/{run}/tasks/{task}/steer"), &body);
                 }
             }
             Asking::Budget => match text.trim_start_matches('$').parse::<f64>() {
                 Ok(usd) if usd.is_finite() && usd > 0.0 => {
-                    self.post(&format!("/runs/{run}/budget"), json!({"usd": usd, "by": "top"}))
+                    self.post(&format!("/runs/{run}/budget"), &views::BudgetBody { usd, task: None, by: "top".into() })
                 }
                 _ => self.status = format!("not a budget: {text:?} (a positive number of US dollars)"),
             },
@@ -311,15 +310,15 @@ impl Top {
             Layout::vertical([Constraint::Percentage(40), Constraint::Fill(1), Constraint::Length(2)]).areas(f.area());
         let header = Row::new(["RUN", "STATUS", "WAVE", "DONE", "COST", "PAUSED", "ATTENTION"])
             .style(Style::default().add_modifier(Modifier::BOLD));
-        let rows = self.runs.iter().map(|r| {
-            let marks = r["attention_marks"].as_u64().unwrap_or(0);
+        let rows = self.runs.iter().map(|RunRow { run: r, .. }| {
+            let marks = r.attention_marks;
             Row::new([
-                r["runId"].as_str().unwrap_or("?").to_string(),
-                r["status"].as_str().unwrap_or("?").to_string(),
-                r["wave"].as_u64().map(|w| format!("{w}/{}", r["waves"].as_u64().unwrap_or(0))).unwrap_or_default(),
-                format!("{}/{}", r["counts"]["committed"].as_u64().unwrap_or(0), r["tasks"].as_u64().unwrap_or(0)),
-                money(r),
-                r["pause_reason"].as_str().unwrap_or("").to_string(),
+                r.run_id.to_string(),
+                r.status.to_string(),
+                wave_of(r),
+                done_of(r),
+                money(Some(&r.usage)),
+                r.pause_reason.map_or(String::new(), |p| p.to_string()),
                 if marks > 0 { format!("{marks} stall(s)") } else { String::new() },
             ])
         });
@@ -346,18 +345,17 @@ impl Top {
                 .block(Block::default().borders(Borders::ALL).title(format!(" {title} · esc closes ")));
             f.render_widget(pane, tasks_area);
         } else {
-            let detail = self.detail.clone().unwrap_or(Value::Null);
+            let marks = self.detail.as_ref().map_or(&[][..], |d| &d.attention[..]);
             let rows = self.tasks().into_iter().map(|(w, t)| {
-                let marks =
-                    detail["attention"].as_array().map_or(0, |a| a.iter().filter(|m| m["task"] == t["id"]).count());
+                let stalled = marks.iter().any(|m| m.task == t.id);
                 Row::new([
-                    t["id"].as_str().unwrap_or("?").to_string(),
+                    t.id.to_string(),
                     format!("w{w}"),
-                    t["state"].as_str().unwrap_or("?").to_string(),
-                    money(&t),
-                    t["idle_s"].as_f64().map(|s| format!("{s:.0}s idle")).unwrap_or_default(),
-                    if marks > 0 { "stalled".to_string() } else { String::new() },
-                    t["detail"].as_str().unwrap_or("").chars().take(80).collect::<String>(),
+                    t.facts.state.to_string(),
+                    money(t.usage.as_ref()),
+                    t.idle_s.flatten().map(|s| format!("{s:.0}s idle")).unwrap_or_default(),
+                    if stalled { "stalled".to_string() } else { String::new() },
+                    t.facts.detail.as_deref().unwrap_or("").chars().take(80).collect::<String>(),
                 ])
             });
             let widths = [
@@ -372,9 +370,9 @@ impl Top {
             let title = match &self.detail {
                 Some(d) => format!(
                     " {} · {}{} ",
-                    d["runId"].as_str().unwrap_or(""),
-                    d["status"].as_str().unwrap_or(""),
-                    d["pause_detail"].as_str().map(|p| format!(" ({p})")).unwrap_or_default()
+                    d.run.run_id,
+                    d.run.status,
+                    d.run.pause_detail.as_deref().map(|p| format!(" ({p})")).unwrap_or_default()
                 ),
                 None => " tasks ".into(),
             };

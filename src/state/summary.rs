@@ -15,9 +15,9 @@ use crate::state::liveness::{self, Liveness};
 use crate::state::plan::Plan;
 use crate::state::registry::{self, Pointer};
 use crate::state::spend::LogTallies;
+use crate::views;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -168,39 +168,38 @@ impl RunFiles {
     }
 
     /// The run's Overview row (without `live`, which is asked per request).
-    pub fn row(&self, usage: &crate::engine::usage::Usage) -> Value {
-        let p = &self.pointer;
-        json!({
-            "runId": p.run_id,
-            "slug": p.slug,
-            "repoRoot": p.repo_root,
-            "project": p.project,
-            "repo": p.repo,
-            "branch": p.branch,
-            "worktree": p.worktree,
-            "plane": p.plane,
-            "created": p.created,
-            "base_branch": self.plan.as_ref().and_then(|pl| pl.base_branch.clone()),
-            "status": self.view.status,
-            "paused": self.view.status == RunStatus::Paused,
-            // why it is paused (budget, rate_limit, operator) and the budget.
-            "pause_reason": self.view.pause.as_ref().map(|(by, _)| match by.as_str() {
-                "budget" | "rate_limit" => by.as_str(),
-                _ => "operator",
-            }),
-            "pause_detail": self.view.pause.as_ref().and_then(|(_, d)| d.clone()),
-            "resume_at": self.view.resume_at,
-            "budget_usd": self.view.budget_usd.or(self.plan.as_ref().and_then(|p| p.budget_usd)),
-            "attention_marks": self.view.attention.len(),
-            "wave": self.current_wave(),
-            "waves": self.plan.as_ref().map(|pl| pl.waves().len()),
-            "tasks": self.plan.as_ref().map(|pl| pl.tasks.len()).unwrap_or(self.view.tasks.len()),
-            "counts": self.view.counts(),
-            "updated": self.view.last_ts,
-            "journal": {"records": self.view.records, "bad_lines": self.view.bad_lines.len(),
-                        "torn_tail": self.view.torn_tail.is_some()},
-            "usage": usage,
-        })
+    pub fn row(&self, usage: &crate::engine::usage::Usage) -> views::RunSummary {
+        let (p, v, plan) = (&self.pointer, &self.view, self.plan.as_ref());
+        views::RunSummary {
+            run_id: p.run_id.clone(),
+            slug: p.slug.clone(),
+            repo_root: p.repo_root.clone(),
+            project: p.project.clone(),
+            repo: p.repo.clone(),
+            branch: p.branch.clone(),
+            worktree: p.worktree.clone(),
+            plane: p.plane.into(),
+            created: p.created.clone(),
+            base_branch: plan.and_then(|pl| pl.base_branch.clone()),
+            status: v.status.into(),
+            paused: v.status == RunStatus::Paused,
+            pause_reason: v.pause.as_ref().map(|(by, _)| crate::state::views::pause_reason(by)),
+            pause_detail: v.pause.as_ref().and_then(|(_, d)| d.clone()),
+            resume_at: v.resume_at.clone(),
+            budget_usd: v.budget_usd.or(plan.and_then(|p| p.budget_usd)),
+            attention_marks: v.attention.len() as u64,
+            wave: self.current_wave(),
+            waves: plan.map(|pl| pl.waves().len() as u32),
+            tasks: plan.map_or(v.tasks.len(), |pl| pl.tasks.len()) as u64,
+            counts: crate::state::views::counts(v),
+            updated: v.last_ts.clone(),
+            journal: views::JournalHealth {
+                records: v.records,
+                bad_lines: v.bad_lines.len() as u64,
+                torn_tail: v.torn_tail.is_some(),
+            },
+            usage: usage.into(),
+        }
     }
 
     /// The last record's time, else the pointer's creation, in ns since the epoch (0 when neither
@@ -230,7 +229,7 @@ pub fn build(
     let fps = Fps::now(pointer_fp, &pointer);
     let files = RunFiles::load(pointer)?;
     let (usage, _) = files.usage(usage_of);
-    let row = serde_json::to_string(&files.row(&usage)).expect("a Value serializes");
+    let row = serde_json::to_string(&files.row(&usage)).expect("a view serializes");
     Ok(Summary {
         head: Head {
             v: VERSION.into(),

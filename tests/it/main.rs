@@ -34,6 +34,7 @@ mod tidy;
 mod top;
 mod trust;
 mod verb_status;
+mod views;
 mod watch;
 mod worktrees;
 mod wrappers;

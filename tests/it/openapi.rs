@@ -210,3 +210,384 @@ fn every_route_answers_as_openapi_yaml_says() {
     let missing: Vec<_> = all.difference(&spec.covered).collect();
     assert!(missing.is_empty(), "routes never answered 2xx: {missing:?}");
 }
+
+/// The view types against their schemas: each type, fully populated (every option set, every list
+/// non-empty), writes exactly the properties its schema names, nested objects and array items
+/// included — a field missing from the spec, or a property no type writes, fails here.
+pub(crate) mod types {
+    use super::Spec;
+    use harness::ids::{RunId, Slug, TaskId};
+    use harness::views::*;
+    use serde_json::{Value, json};
+    use std::collections::BTreeMap;
+
+    /// Properties whose schema leaves their shape to another spec: not looked into.
+    const OPAQUE: &[&str] = &["binding", "input", "record"];
+
+    impl Spec {
+        /// A schema with its `$ref` followed.
+        fn resolve(&self, schema: &Value) -> Value {
+            let mut s = schema.clone();
+            while let Some(r) = s.get("$ref").and_then(Value::as_str) {
+                s = self.doc.pointer(r.trim_start_matches('#')).unwrap_or_else(|| panic!("dangling $ref {r}")).clone();
+            }
+            s
+        }
+
+        /// The properties `schema` names (through `$ref`, `allOf` and the non-null `anyOf` arms; a
+        /// later `allOf` arm wins), each with its schema, and whether it names any.
+        fn properties(&self, schema: &Value) -> (BTreeMap<String, Value>, bool) {
+            let s = self.resolve(schema);
+            let mut out = BTreeMap::new();
+            let mut named = false;
+            for arm in s["allOf"].as_array().into_iter().chain(s["anyOf"].as_array()).flatten() {
+                let (p, n) = self.properties(arm);
+                out.extend(p);
+                named |= n;
+            }
+            let extra = s.get("additionalProperties").cloned().unwrap_or(json!({}));
+            for k in s["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                out.entry(k.to_string()).or_insert_with(|| extra.clone());
+                named = true;
+            }
+            for (k, p) in s["properties"].as_object().into_iter().flatten() {
+                out.insert(k.clone(), p.clone());
+                named = true;
+            }
+            (out, named)
+        }
+
+        /// The items schema of an array schema (through `$ref`), if it names one.
+        fn items(&self, schema: &Value) -> Option<Value> {
+            self.resolve(schema).get("items").cloned()
+        }
+
+        /// What differs between `v` (a view as written) and `schema`, at `path`.
+        fn differences(&self, v: &Value, schema: &Value, path: &str, out: &mut Vec<String>) {
+            match v {
+                Value::Null => out.push(format!("{path}: null (the instance is not fully populated)")),
+                Value::Object(m) => {
+                    let (props, named) = self.properties(schema);
+                    if !named {
+                        out.push(format!("{path}: an object whose schema names no properties"));
+                        return;
+                    }
+                    for (k, x) in m {
+                        let at = format!("{path}.{k}");
+                        match props.get(k) {
+                            None => out.push(format!("{at}: written, and not in the schema")),
+                            Some(_) if OPAQUE.contains(&k.as_str()) => {}
+                            Some(p) => self.differences(x, p, &at, out),
+                        }
+                    }
+                    for k in props.keys().filter(|k| !m.contains_key(*k)) {
+                        out.push(format!("{path}.{k}: in the schema, and never written"));
+                    }
+                }
+                Value::Array(a) => match self.items(schema) {
+                    None => out.push(format!("{path}: an array whose schema names no items")),
+                    Some(_) if a.is_empty() => out.push(format!("{path}: empty (the instance is not fully populated)")),
+                    Some(items) => a.iter().for_each(|x| self.differences(x, &items, &format!("{path}[]"), out)),
+                },
+                _ => {}
+            }
+        }
+    }
+
+    pub(crate) fn usage() -> Usage {
+        Usage {
+            cost_usd: Some(0.25),
+            input_tokens: Some(10),
+            output_tokens: Some(20),
+            cache_read_tokens: Some(30),
+            cache_write_tokens: Some(40),
+            turns: 2,
+            cost: Cost::Engine,
+        }
+    }
+
+    fn bad_line() -> BadLine {
+        BadLine { line: 7, reason: "not a record".into() }
+    }
+
+    fn run_id() -> RunId {
+        RunId::parse("0123456789ab--payments").unwrap()
+    }
+
+    fn task() -> TaskId {
+        TaskId::parse("B1").unwrap()
+    }
+
+    pub(crate) fn summary<J>(journal: J) -> RunSummary<J> {
+        RunSummary {
+            run_id: run_id(),
+            slug: Slug::parse("payments").unwrap(),
+            repo_root: "/r".into(),
+            project: "p".into(),
+            repo: "r".into(),
+            branch: Some("main".into()),
+            worktree: "/r".into(),
+            plane: Plane::Standalone,
+            created: "2026-11-29T14:00:00.000Z".into(),
+            base_branch: Some("main".into()),
+            status: RunStatus::Paused,
+            paused: true,
+            pause_reason: Some(PauseReason::Budget),
+            pause_detail: Some("spent".into()),
+            resume_at: Some("2026-11-29T15:00:00.000Z".into()),
+            budget_usd: Some(5.0),
+            attention_marks: 1,
+            wave: Some(2),
+            waves: Some(3),
+            tasks: 5,
+            counts: Counts { leased: 1, implemented: 0, gated: 0, reviewed: 0, committed: 2, halted: 1 },
+            updated: Some("2026-11-29T14:05:00.000Z".into()),
+            journal,
+            usage: usage(),
+        }
+    }
+
+    pub(crate) fn health() -> JournalHealth {
+        JournalHealth { records: 20, bad_lines: 1, torn_tail: true }
+    }
+
+    fn facts() -> TaskFacts {
+        TaskFacts {
+            state: TaskState::Leased,
+            rc: Some(0),
+            detail: Some("d".into()),
+            sha: Some("aa11".into()),
+            no_changes: false,
+            session_id: Some("s".into()),
+            attempts: 1,
+            updated: Some("2026-11-29T14:03:07.000Z".into()),
+            worktree: Some("/w/B1".into()),
+        }
+    }
+
+    fn attention() -> AttentionView {
+        AttentionView {
+            attention: AttentionKind::Stalled,
+            task: task(),
+            idle_s: Some(300),
+            detail: Some("no output".into()),
+            ts: "2026-11-29T14:05:09.000Z".into(),
+            line: 21,
+        }
+    }
+
+    pub(crate) fn run_detail() -> RunDetail {
+        let journal =
+            JournalDetail { health: health(), bad_line_list: vec![bad_line()], torn_tail_line: Some(bad_line()) };
+        let task_view = TaskView {
+            id: task(),
+            facts: facts(),
+            adapter: Adapter::Claude,
+            review: true,
+            gate: Some("true".into()),
+            usage: Some(usage()),
+            budget_usd: Some(1.5),
+            idle_s: Some(Some(2.5)),
+        };
+        RunDetail {
+            run: summary(journal),
+            live: true,
+            plan: PlanView { waves: vec![Wave { wave: 2, tasks: vec![task_view] }] },
+            unplanned_tasks: vec![UnplannedTask { id: TaskId::parse("Z9").unwrap(), facts: facts() }],
+            pending_steers: 1,
+            attention: vec![attention()],
+            paths: RunPaths { journal: "/j".into(), plan: "/p".into(), liveness: "/l".into() },
+        }
+    }
+
+    pub(crate) fn task_detail() -> TaskDetail {
+        TaskDetail {
+            run_id: run_id(),
+            task: task(),
+            facts: facts(),
+            binding: Some(json!({"id": "B1", "wave": 2, "adapter": "claude", "prompt": "x"})),
+            live: Some(TaskLive {
+                pid: 10,
+                pgid: 10,
+                alive: true,
+                state: LiveState::Gating,
+                started_ts: "2026-11-29T14:03:07.000Z".into(),
+                runtime_s: Some(12.0),
+                idle_s: Some(3.0),
+                last_output_ts: Some("2026-11-29T14:03:10.000Z".into()),
+            }),
+            usage: Some(usage()),
+            logfile: "/l/B1.log".into(),
+            log_exists: true,
+            pending_steers: vec![PendingSteer {
+                id: "s-1".into(),
+                task: task(),
+                msg: "m".into(),
+                interrupt: true,
+                line: 15,
+            }],
+            steers: vec![SteerView {
+                id: "s-1".into(),
+                task: task(),
+                msg: Some("m".into()),
+                by: "cli".into(),
+                state: SteerState::Delivered,
+                ts: "2026-11-29T14:05:03.000Z".into(),
+                updated: "2026-11-29T14:05:04.000Z".into(),
+            }],
+            attention: vec![attention()],
+            supervised: true,
+        }
+    }
+
+    pub(crate) fn approvals() -> Approvals {
+        Approvals {
+            run_id: run_id(),
+            approvals: vec![ApprovalView {
+                id: "a-1".into(),
+                task: task(),
+                tool: Some("Bash".into()),
+                input: Some(json!({"command": "make"})),
+                via: Some("mcp".into()),
+                state: ApprovalState::Denied,
+                by: Some("cli".into()),
+                message: Some("no".into()),
+                detail: Some("denied".into()),
+                ts: "2026-11-29T14:05:06.000Z".into(),
+                updated: "2026-11-29T14:05:08.000Z".into(),
+            }],
+        }
+    }
+
+    /// Each view type, fully populated, with where its schema is in openapi.yaml.
+    fn instances() -> Vec<(&'static str, &'static str, Value)> {
+        let j = |v: &dyn erased::Ser| v.json();
+        let approvals_schema = "/paths/~1runs~1{runId}~1approvals/get/responses/200/content/application~1json/schema";
+        vec![
+            ("RunRow", "/components/schemas/RunSummary", j(&RunRow { run: summary(health()), live: true })),
+            ("RunDetail", "/components/schemas/RunDetail", j(&run_detail())),
+            ("TaskDetail", "/components/schemas/TaskDetail", j(&task_detail())),
+            ("Approvals", approvals_schema, j(&approvals())),
+            ("Usage", "/components/schemas/Usage", j(&usage())),
+            ("Answer", "/components/schemas/Error", j(&Answer { ok: false, detail: Some("why".into()) })),
+            (
+                "SteerBody",
+                "/components/schemas/SteerBody",
+                j(&SteerBody { msg: "m".into(), interrupt: true, by: "cli".into() }),
+            ),
+            ("VerbBody", "/components/schemas/VerbBody", j(&VerbBody { by: "cli".into() })),
+            (
+                "BudgetBody",
+                "/components/schemas/BudgetBody",
+                j(&BudgetBody { usd: 2.0, task: Some(task()), by: "cli".into() }),
+            ),
+            (
+                "DecideBody",
+                "/components/schemas/DecideBody",
+                j(&DecideBody { decision: Decision::Deny, message: Some("no".into()), by: "cli".into() }),
+            ),
+        ]
+    }
+
+    /// Serialization of any view, for one list of them.
+    mod erased {
+        pub trait Ser {
+            fn json(&self) -> serde_json::Value;
+        }
+        impl<T: serde::Serialize> Ser for T {
+            fn json(&self) -> serde_json::Value {
+                serde_json::to_value(self).unwrap()
+            }
+        }
+    }
+
+    #[test]
+    fn every_view_type_writes_exactly_its_schema() {
+        let spec = Spec::load();
+        let mut problems = Vec::new();
+        for (name, at, v) in instances() {
+            let schema = spec.doc.pointer(at).unwrap_or_else(|| panic!("{at} is not in openapi.yaml")).clone();
+            spec.differences(&v, &schema, name, &mut problems);
+            // And what the type writes is valid by the schema.
+            let errs: Vec<String> = spec.validator(&schema).iter_errors(&v).map(|e| format!("{name}: {e}")).collect();
+            problems.extend(errs);
+        }
+        assert!(problems.is_empty(), "the view types and openapi.yaml disagree:\n  {}", problems.join("\n  "));
+    }
+
+    #[test]
+    fn the_check_catches_a_renamed_field_and_a_missing_one() {
+        let spec = Spec::load();
+        let schema = spec.doc.pointer("/components/schemas/TaskDetail").unwrap().clone();
+        let mut v = serde_json::to_value(task_detail()).unwrap();
+        let logfile = v.as_object_mut().unwrap().remove("logfile").unwrap();
+        v["log_file"] = logfile;
+        let mut problems = Vec::new();
+        spec.differences(&v, &schema, "TaskDetail", &mut problems);
+        assert_eq!(
+            problems,
+            [
+                "TaskDetail.log_file: written, and not in the schema",
+                "TaskDetail.logfile: in the schema, and never written"
+            ]
+        );
+        v["live"] = Value::Null;
+        let mut problems = Vec::new();
+        spec.differences(&v, &schema, "TaskDetail", &mut problems);
+        assert!(problems.iter().any(|p| p.starts_with("TaskDetail.live: null")), "{problems:?}");
+    }
+
+    /// Every value an enum of the spec allows reads as a variant the views know (a CLI must know
+    /// every documented value), and every variant the views write is one the spec allows.
+    #[test]
+    fn every_enum_of_the_spec_is_a_view_enum() {
+        fn known<T: Named + PartialEq + std::fmt::Debug>(spec: &Spec, at: &str, written: &[T]) {
+            let schema = spec.resolve(spec.doc.pointer(at).unwrap_or_else(|| panic!("{at}")));
+            let allowed: Vec<&str> = schema["enum"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            for name in &allowed {
+                assert_ne!(T::named(name), T::UNKNOWN, "{at}: {name:?} reads as unknown");
+            }
+            for w in written {
+                assert!(allowed.contains(&w.as_str()), "{at}: {:?} is written and not allowed", w.as_str());
+            }
+        }
+        let spec = Spec::load();
+        let s = "/components/schemas";
+        use RunStatus as R;
+        known(
+            &spec,
+            &format!("{s}/RunSummary/properties/status"),
+            &[R::Pending, R::Running, R::Paused, R::Finished, R::Failed],
+        );
+        use TaskState as T;
+        let tasks = [T::Pending, T::Leased, T::Implemented, T::Gated, T::Reviewed, T::Committed, T::Halted];
+        known(&spec, &format!("{s}/TaskState/properties/state"), &tasks);
+        use LiveState as L;
+        let live = [L::Leased, L::Implemented, L::Gating, L::Gated, L::Reviewing, L::Reviewed, L::Committed, L::Halted];
+        known(&spec, &format!("{s}/TaskDetail/allOf/1/properties/live/properties/state"), &live);
+        use ApprovalState as A;
+        known(&spec, &format!("{s}/Approval/properties/state"), &[A::Pending, A::Allowed, A::Denied, A::Expired]);
+        use SteerState as St;
+        let steers = [St::Queued, St::Delivered, St::Taken, St::Applied, St::Refused];
+        known(&spec, &format!("{s}/TaskDetail/allOf/1/properties/steers/items/properties/state"), &steers);
+        known(&spec, &format!("{s}/Attention/properties/attention"), &[AttentionKind::Stalled]);
+        known(&spec, &format!("{s}/RunSummary/properties/plane"), &[Plane::Standalone, Plane::Dynwf]);
+        let adapter = format!(
+            "{s}/RunDetail/allOf/1/properties/plan/properties/waves/items/properties/tasks/items/allOf/1/properties/adapter"
+        );
+        known(&spec, &adapter, &[Adapter::Claude, Adapter::Cursor, Adapter::Codex]);
+        known(
+            &spec,
+            &format!("{s}/Usage/properties/cost"),
+            &[Cost::Engine, Cost::TokensOnly, Cost::NotReported, Cost::Mixed],
+        );
+        known(&spec, &format!("{s}/DecideBody/properties/decision"), &[Decision::Allow, Decision::Deny]);
+        // `pause_reason` also allows null (a run that is not paused).
+        let schema = &spec.doc.pointer(&format!("{s}/RunSummary/properties/pause_reason/enum")).unwrap();
+        let reasons: Vec<&str> = schema.as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(
+            reasons,
+            [PauseReason::Budget.as_str(), PauseReason::RateLimit.as_str(), PauseReason::Operator.as_str()]
+        );
+    }
+}

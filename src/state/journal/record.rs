@@ -197,11 +197,6 @@ impl ApprovalState {
     }
 }
 
-/// An approval state's wire name.
-pub fn approval_state_str(s: ApprovalState) -> &'static str {
-    s.as_str()
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRecord {
     pub id: String,

@@ -1,0 +1,259 @@
+//! The state's values as the views (`crate::views`) show them: each journal, liveness and registry
+//! enum mapped onto its view twin by an exhaustive match (a new journal state is a compile error
+//! here, never an `unknown` on the wire), and the journal's folded records onto the view records.
+//! Converts; reads and writes nothing.
+
+use crate::engine::usage::Usage;
+use crate::ids::TaskId;
+use crate::state::journal::{self, ApprovalState, Outcome, RunStatus, RunView, TaskState};
+use crate::state::liveness::LiveState;
+use crate::state::registry::Plane;
+use crate::views::{self, Named};
+
+impl From<RunStatus> for views::RunStatus {
+    fn from(s: RunStatus) -> Self {
+        match s {
+            RunStatus::Pending => views::RunStatus::Pending,
+            RunStatus::Running => views::RunStatus::Running,
+            RunStatus::Paused => views::RunStatus::Paused,
+            RunStatus::Finished => views::RunStatus::Finished,
+            RunStatus::Failed => views::RunStatus::Failed,
+        }
+    }
+}
+
+impl From<TaskState> for views::TaskState {
+    fn from(s: TaskState) -> Self {
+        match s {
+            TaskState::Leased => views::TaskState::Leased,
+            TaskState::Implemented => views::TaskState::Implemented,
+            TaskState::Gated => views::TaskState::Gated,
+            TaskState::Reviewed => views::TaskState::Reviewed,
+            TaskState::Committed => views::TaskState::Committed,
+            TaskState::Halted => views::TaskState::Halted,
+        }
+    }
+}
+
+impl From<LiveState> for views::LiveState {
+    fn from(s: LiveState) -> Self {
+        match s {
+            LiveState::Leased => views::LiveState::Leased,
+            LiveState::Implemented => views::LiveState::Implemented,
+            LiveState::Gating => views::LiveState::Gating,
+            LiveState::Gated => views::LiveState::Gated,
+            LiveState::Reviewing => views::LiveState::Reviewing,
+            LiveState::Reviewed => views::LiveState::Reviewed,
+            LiveState::Committed => views::LiveState::Committed,
+            LiveState::Halted => views::LiveState::Halted,
+        }
+    }
+}
+
+impl From<ApprovalState> for views::ApprovalState {
+    fn from(s: ApprovalState) -> Self {
+        match s {
+            ApprovalState::Pending => views::ApprovalState::Pending,
+            ApprovalState::Allowed => views::ApprovalState::Allowed,
+            ApprovalState::Denied => views::ApprovalState::Denied,
+            ApprovalState::Expired => views::ApprovalState::Expired,
+        }
+    }
+}
+
+/// A steer's outcome. The fold records a steer's state from its steer records only, which are
+/// `queued`, `delivered`, `taken`, `applied`, `refused` or `cancelled`; the verbs' other outcomes
+/// are never one.
+impl From<Outcome> for views::SteerState {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Queued => views::SteerState::Queued,
+            Outcome::Delivered => views::SteerState::Delivered,
+            Outcome::Taken => views::SteerState::Taken,
+            Outcome::Applied => views::SteerState::Applied,
+            Outcome::Refused => views::SteerState::Refused,
+            Outcome::Cancelled => views::SteerState::Cancelled,
+            Outcome::Accepted | Outcome::Noop => views::SteerState::Unknown,
+        }
+    }
+}
+
+impl From<Plane> for views::Plane {
+    fn from(p: Plane) -> Self {
+        match p {
+            Plane::Standalone => views::Plane::Standalone,
+            Plane::Dynwf => views::Plane::Dynwf,
+        }
+    }
+}
+
+/// An engine by its name (the engines' variants are matched only in `engine/`); every engine is
+/// one the views know (`every_engine_and_cost_has_its_view` holds it).
+impl From<crate::engine::Adapter> for views::Adapter {
+    fn from(a: crate::engine::Adapter) -> Self {
+        views::Adapter::named(a.as_str())
+    }
+}
+
+impl From<&Usage> for views::Usage {
+    fn from(u: &Usage) -> Self {
+        views::Usage {
+            cost_usd: u.cost_usd,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+            turns: u.turns,
+            cost: views::Cost::named(u.cost),
+        }
+    }
+}
+
+impl From<&journal::BadLine> for views::BadLine {
+    fn from(b: &journal::BadLine) -> Self {
+        views::BadLine { line: b.line, reason: b.reason.clone() }
+    }
+}
+
+impl From<&journal::AttentionView> for views::AttentionView {
+    fn from(a: &journal::AttentionView) -> Self {
+        views::AttentionView {
+            attention: views::AttentionKind::named(&a.attention),
+            task: a.task.clone(),
+            idle_s: a.idle_s,
+            detail: a.detail.clone(),
+            ts: a.ts.clone(),
+            line: a.line,
+        }
+    }
+}
+
+impl From<&journal::PendingSteer> for views::PendingSteer {
+    fn from(s: &journal::PendingSteer) -> Self {
+        views::PendingSteer {
+            id: s.id.clone(),
+            task: s.task.clone(),
+            msg: s.msg.clone(),
+            interrupt: s.interrupt,
+            line: s.line,
+        }
+    }
+}
+
+impl From<&journal::SteerView> for views::SteerView {
+    fn from(s: &journal::SteerView) -> Self {
+        views::SteerView {
+            id: s.id.clone(),
+            task: s.task.clone(),
+            msg: s.msg.clone(),
+            by: s.by.clone(),
+            state: s.state.into(),
+            ts: s.ts.clone(),
+            updated: s.updated.clone(),
+        }
+    }
+}
+
+impl From<&journal::ApprovalView> for views::ApprovalView {
+    fn from(a: &journal::ApprovalView) -> Self {
+        views::ApprovalView {
+            id: a.id.clone(),
+            task: a.task.clone(),
+            tool: a.tool.clone(),
+            input: a.input.clone(),
+            via: a.via.clone(),
+            state: a.state.into(),
+            by: a.by.clone(),
+            message: a.message.clone(),
+            detail: a.detail.clone(),
+            ts: a.ts.clone(),
+            updated: a.updated.clone(),
+        }
+    }
+}
+
+/// The run's tasks by state.
+pub fn counts(view: &RunView) -> views::Counts {
+    let n = |s| view.count(s);
+    views::Counts {
+        leased: n(TaskState::Leased),
+        implemented: n(TaskState::Implemented),
+        gated: n(TaskState::Gated),
+        reviewed: n(TaskState::Reviewed),
+        committed: n(TaskState::Committed),
+        halted: n(TaskState::Halted),
+    }
+}
+
+/// Why a paused run is paused: by a budget, a rate limit, else by an operator (whoever's `by`).
+pub fn pause_reason(by: &str) -> views::PauseReason {
+    match by {
+        "budget" => views::PauseReason::Budget,
+        "rate_limit" => views::PauseReason::RateLimit,
+        _ => views::PauseReason::Operator,
+    }
+}
+
+/// A task's last known facts (a task the journal has not heard of is `pending`); `worktree` is left
+/// to the caller, which knows where worktrees are.
+pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
+    match view.tasks.get(task) {
+        Some(t) => views::TaskFacts {
+            state: t.state.into(),
+            rc: t.rc,
+            detail: t.detail.clone(),
+            sha: t.sha.clone(),
+            no_changes: t.no_changes,
+            session_id: t.session_id.clone(),
+            attempts: t.attempts,
+            updated: Some(t.ts.clone()),
+            worktree: None,
+        },
+        None => views::TaskFacts {
+            state: views::TaskState::Pending,
+            rc: None,
+            detail: None,
+            sha: None,
+            no_changes: false,
+            session_id: None,
+            attempts: 0,
+            updated: None,
+            worktree: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_engine_and_cost_has_its_view() {
+        for a in crate::engine::Adapter::ALL {
+            assert_ne!(views::Adapter::from(a), views::Adapter::Unknown, "{a}");
+        }
+        for c in ["engine", "tokens only", "not reported", "mixed"] {
+            assert_ne!(views::Cost::named(c), views::Cost::Unknown, "{c}");
+        }
+        assert_eq!(views::Usage::from(&Usage::sum([])).cost, views::Cost::named(Usage::sum([]).cost));
+    }
+
+    #[test]
+    fn each_state_keeps_its_wire_name() {
+        for s in TaskState::ALL {
+            assert_eq!(views::TaskState::from(s).as_str(), s.as_str());
+        }
+        for s in [RunStatus::Pending, RunStatus::Running, RunStatus::Paused, RunStatus::Finished, RunStatus::Failed] {
+            assert_eq!(views::RunStatus::from(s).as_str(), s.as_str());
+        }
+        for s in [ApprovalState::Pending, ApprovalState::Allowed, ApprovalState::Denied, ApprovalState::Expired] {
+            assert_eq!(views::ApprovalState::from(s).as_str(), s.as_str());
+        }
+        for s in [Outcome::Queued, Outcome::Delivered, Outcome::Taken, Outcome::Applied, Outcome::Refused] {
+            assert_eq!(views::SteerState::from(s).as_str(), s.as_str());
+        }
+        for p in [Plane::Standalone, Plane::Dynwf] {
+            assert_eq!(views::Plane::from(p).as_str(), crate::wire::name_of(&p));
+        }
+    }
+}

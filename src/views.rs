@@ -1,0 +1,636 @@
+//! The API's views as types: the JSON of `GET /runs`, `/runs/:id`, `/runs/:id/tasks/:tid`,
+//! `/runs/:id/approvals` and `/watch`, and the bodies the CLI posts (`spec/openapi.yaml`,
+//! `spec/WATCH.md`). Written by the API (and by `state::summary`, which caches the Overview's rows)
+//! and read by the CLI and its client: one definition, so a renamed field breaks the build rather
+//! than a CLI at run time. `tests/it/openapi.rs` holds each type to its schema, key for key.
+//!
+//! Forward-compatible for readers: unknown fields are ignored (no `deny_unknown_fields`), and each
+//! enum reads a value it does not know as `Unknown` (`#[serde(other)]`), so a CLI keeps working
+//! against a newer API. The journal's own enums stay strict: `state::views` maps each onto its view
+//! twin by an exhaustive match, so a journal variant the views lack is a compile error there rather
+//! than an `unknown` on the wire.
+//!
+//! Pure data, below `state/`: no I/O, and nothing imported but the ids and the wire names.
+
+use crate::ids::{RunId, Slug, TaskId};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::path::PathBuf;
+
+/// A view enum: every name reads (an unknown one as `UNKNOWN`), and each variant has its wire name.
+pub trait Named: Serialize + for<'de> Deserialize<'de> + Copy {
+    /// What a name this CLI does not know reads as.
+    const UNKNOWN: Self;
+
+    /// The variant `name` is the wire name of, else `UNKNOWN`.
+    fn named(name: &str) -> Self {
+        use serde::de::IntoDeserializer;
+        let d: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = name.into_deserializer();
+        Self::deserialize(d).unwrap_or(Self::UNKNOWN)
+    }
+
+    /// The wire name (serde's).
+    fn as_str(self) -> &'static str {
+        crate::wire::name_of(&self)
+    }
+}
+
+macro_rules! named {
+    ($($t:ident),* $(,)?) => {$(
+        impl Named for $t {
+            const UNKNOWN: Self = $t::Unknown;
+        }
+        impl $t {
+            /// The wire name (serde's).
+            pub fn as_str(self) -> &'static str {
+                Named::as_str(self)
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+    )*};
+}
+
+/// A run's status (the journal's `run` records decide it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Paused,
+    Finished,
+    Failed,
+    #[serde(other)]
+    Unknown,
+}
+
+/// A task's state; `pending` is a task of the plan the journal has not heard of yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    Pending,
+    Leased,
+    Implemented,
+    Gated,
+    Reviewed,
+    Committed,
+    Halted,
+    #[serde(other)]
+    Unknown,
+}
+
+/// What a task's process is doing, as its liveness record says (`gating`, `reviewing`: the step
+/// between two journal states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LiveState {
+    Leased,
+    Implemented,
+    Gating,
+    Gated,
+    Reviewing,
+    Reviewed,
+    Committed,
+    Halted,
+    #[serde(other)]
+    Unknown,
+}
+
+/// Where a tool call asked of the operator stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalState {
+    Pending,
+    Allowed,
+    Denied,
+    Expired,
+    #[serde(other)]
+    Unknown,
+}
+
+/// Where a steer stands: `queued`, then `delivered` and `taken` (live) or `applied` (resume), or
+/// `refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SteerState {
+    Queued,
+    Delivered,
+    Taken,
+    Applied,
+    Refused,
+    /// Dropped by a kill of its task before it was applied.
+    Cancelled,
+    #[serde(other)]
+    Unknown,
+}
+
+/// What an attention mark asks a person to look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKind {
+    /// A running turn's log did not grow for the plan's `stall_after`.
+    Stalled,
+    #[serde(other)]
+    Unknown,
+}
+
+/// Why a run is paused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseReason {
+    Budget,
+    RateLimit,
+    Operator,
+    #[serde(other)]
+    Unknown,
+}
+
+/// Which control plane executes a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Plane {
+    Standalone,
+    Dynwf,
+    #[serde(other)]
+    Unknown,
+}
+
+/// The engine a task runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Adapter {
+    Claude,
+    Cursor,
+    Codex,
+    #[serde(other)]
+    Unknown,
+}
+
+/// How a usage's cost is known (`spec/USAGE.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cost {
+    /// Priced by the engine.
+    #[serde(rename = "engine")]
+    Engine,
+    #[serde(rename = "tokens only")]
+    TokensOnly,
+    #[serde(rename = "not reported")]
+    NotReported,
+    /// A run whose tasks' costs are known in different ways.
+    #[serde(rename = "mixed")]
+    Mixed,
+    #[serde(other, rename = "unknown")]
+    Unknown,
+}
+
+/// A decision on an asked tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Deny,
+    #[serde(other)]
+    Unknown,
+}
+
+named!(
+    RunStatus,
+    TaskState,
+    LiveState,
+    ApprovalState,
+    SteerState,
+    AttentionKind,
+    PauseReason,
+    Plane,
+    Adapter,
+    Cost,
+    Decision
+);
+
+/// What a task's (or a run's) turns used, summed over every turn that reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// US dollars as the engine priced them; `None` where it reports no price.
+    pub cost_usd: Option<f64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cache_read_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
+    /// Turns that reported.
+    pub turns: u64,
+    pub cost: Cost,
+}
+
+/// A run's tasks by state (every state counted, zero included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub leased: u64,
+    pub implemented: u64,
+    pub gated: u64,
+    pub reviewed: u64,
+    pub committed: u64,
+    pub halted: u64,
+}
+
+/// How well a run's journal read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalHealth {
+    /// Valid records folded.
+    pub records: u64,
+    /// Complete lines that are not records.
+    pub bad_lines: u64,
+    /// The last line is torn (a crash mid-write).
+    pub torn_tail: bool,
+}
+
+/// A journal line replay could not use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadLine {
+    pub line: u64,
+    pub reason: String,
+}
+
+/// The journal's health with the lines behind it (the Job view's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalDetail {
+    #[serde(flatten)]
+    pub health: JournalHealth,
+    pub bad_line_list: Vec<BadLine>,
+    pub torn_tail_line: Option<BadLine>,
+}
+
+/// What a run's files say of it: the Overview's row without `live` (which is asked of the process
+/// table per request), as `state::summary` caches it. `J` is how much of the journal's health is
+/// shown: its counts in a row, the lines too in the Job view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary<J = JournalHealth> {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub slug: Slug,
+    #[serde(rename = "repoRoot")]
+    pub repo_root: PathBuf,
+    pub project: String,
+    pub repo: String,
+    pub branch: Option<String>,
+    pub worktree: PathBuf,
+    pub plane: Plane,
+    /// RFC 3339.
+    pub created: String,
+    /// The plan's base branch.
+    pub base_branch: Option<String>,
+    pub status: RunStatus,
+    pub paused: bool,
+    pub pause_reason: Option<PauseReason>,
+    pub pause_detail: Option<String>,
+    /// A run paused by a rate limit: when it resumes by itself.
+    pub resume_at: Option<String>,
+    /// The budget in force, US dollars (the budget verb's, else the plan's).
+    pub budget_usd: Option<f64>,
+    /// Attention marks the journal holds.
+    #[serde(default)]
+    pub attention_marks: u64,
+    /// The wave the run is on (the lowest with a task not committed).
+    pub wave: Option<u32>,
+    pub waves: Option<u32>,
+    pub tasks: u64,
+    pub counts: Counts,
+    /// The journal's last record time.
+    pub updated: Option<String>,
+    pub journal: J,
+    pub usage: Usage,
+}
+
+impl<J> RunSummary<J> {
+    /// The same run with its journal's health shown as `f` makes it.
+    pub fn with_journal<K>(self, f: impl FnOnce(J) -> K) -> RunSummary<K> {
+        RunSummary {
+            run_id: self.run_id,
+            slug: self.slug,
+            repo_root: self.repo_root,
+            project: self.project,
+            repo: self.repo,
+            branch: self.branch,
+            worktree: self.worktree,
+            plane: self.plane,
+            created: self.created,
+            base_branch: self.base_branch,
+            status: self.status,
+            paused: self.paused,
+            pause_reason: self.pause_reason,
+            pause_detail: self.pause_detail,
+            resume_at: self.resume_at,
+            budget_usd: self.budget_usd,
+            attention_marks: self.attention_marks,
+            wave: self.wave,
+            waves: self.waves,
+            tasks: self.tasks,
+            counts: self.counts,
+            updated: self.updated,
+            journal: f(self.journal),
+            usage: self.usage,
+        }
+    }
+}
+
+/// `GET /runs`: one row of the Overview.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    #[serde(flatten)]
+    pub run: RunSummary,
+    /// The run's supervisor process is alive.
+    pub live: bool,
+}
+
+/// `GET /runs/:runId`: the Job view — the run, its plan by wave with each task's last state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: RunSummary<JournalDetail>,
+    pub live: bool,
+    pub plan: PlanView,
+    /// Tasks the journal knows and the plan copy does not (a plan copy missing or edited).
+    pub unplanned_tasks: Vec<UnplannedTask>,
+    /// Steers queued and not yet applied.
+    pub pending_steers: u64,
+    /// Every attention mark of the run, oldest first.
+    #[serde(default)]
+    pub attention: Vec<AttentionView>,
+    pub paths: RunPaths,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanView {
+    pub waves: Vec<Wave>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wave {
+    pub wave: u32,
+    pub tasks: Vec<TaskView>,
+}
+
+/// A task's last known facts, from its journal records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskFacts {
+    pub state: TaskState,
+    pub rc: Option<i32>,
+    pub detail: Option<String>,
+    pub sha: Option<String>,
+    /// Committed with nothing to commit (then `sha` is `None`).
+    #[serde(default)]
+    pub no_changes: bool,
+    pub session_id: Option<String>,
+    pub attempts: u32,
+    /// The time of the task's last record.
+    pub updated: Option<String>,
+    /// The task's own git worktree, present while it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<PathBuf>,
+}
+
+/// A task of the plan in the Job view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskView {
+    pub id: TaskId,
+    #[serde(flatten)]
+    pub facts: TaskFacts,
+    pub adapter: Adapter,
+    pub review: bool,
+    pub gate: Option<String>,
+    /// `None` when its usage is not known.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// The task's budget in force, US dollars.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+    /// A leased task (whose turn may run): seconds since its log last grew, `Some(None)` when that
+    /// is unknown. Absent for a task in any other state.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    pub idle_s: Option<Option<f64>>,
+}
+
+/// A task the journal knows and the plan copy does not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnplannedTask {
+    pub id: TaskId,
+    #[serde(flatten)]
+    pub facts: TaskFacts,
+}
+
+/// Where a run's files are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunPaths {
+    pub journal: PathBuf,
+    pub plan: PathBuf,
+    pub liveness: PathBuf,
+}
+
+/// A mark for a person's attention.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttentionView {
+    pub attention: AttentionKind,
+    pub task: TaskId,
+    /// Seconds without output, for a stall.
+    pub idle_s: Option<u64>,
+    pub detail: Option<String>,
+    pub ts: String,
+    /// The journal line (1-based) that holds it.
+    pub line: u64,
+}
+
+/// `GET /runs/:runId/tasks/:tid`: the Agent view — binding, state, session, liveness, log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDetail {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub task: TaskId,
+    #[serde(flatten)]
+    pub facts: TaskFacts,
+    /// The task as the plan states it (`spec/PLAN.md` governs its shape), `None` for a task the
+    /// plan copy does not hold.
+    pub binding: Option<serde_json::Value>,
+    /// The task's liveness record, when there is one.
+    pub live: Option<TaskLive>,
+    /// A planned task's usage (absent for one the plan does not hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    pub logfile: PathBuf,
+    pub log_exists: bool,
+    pub pending_steers: Vec<PendingSteer>,
+    /// Every steer of the task and where it stands.
+    #[serde(default)]
+    pub steers: Vec<SteerView>,
+    /// The task's attention marks, oldest first.
+    #[serde(default)]
+    pub attention: Vec<AttentionView>,
+    /// The run's supervisor is alive.
+    pub supervised: bool,
+}
+
+/// A task's process as its liveness record has it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskLive {
+    pub pid: i32,
+    pub pgid: i32,
+    pub alive: bool,
+    pub state: LiveState,
+    pub started_ts: String,
+    pub runtime_s: Option<f64>,
+    /// Seconds since the engine's last output (its log's last growth).
+    pub idle_s: Option<f64>,
+    pub last_output_ts: Option<String>,
+}
+
+/// A queued steer not yet applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSteer {
+    pub id: String,
+    pub task: TaskId,
+    pub msg: String,
+    pub interrupt: bool,
+    /// The journal line that queued it.
+    pub line: u64,
+}
+
+/// One steer and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerView {
+    pub id: String,
+    pub task: TaskId,
+    pub msg: Option<String>,
+    pub by: String,
+    pub state: SteerState,
+    /// When it was queued (or refused).
+    pub ts: String,
+    /// When it reached its state.
+    pub updated: String,
+}
+
+/// One tool call asked of the operator, and where it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    pub id: String,
+    pub task: TaskId,
+    pub tool: Option<String>,
+    /// The tool's input, verbatim (the engine's JSON).
+    pub input: Option<serde_json::Value>,
+    /// `live` (the live channel) or `mcp` (the permission tool of a batch turn).
+    pub via: Option<String>,
+    pub state: ApprovalState,
+    /// Who decided.
+    pub by: Option<String>,
+    /// A deny's message (what the model reads).
+    pub message: Option<String>,
+    pub detail: Option<String>,
+    /// When it was asked.
+    pub ts: String,
+    /// When it reached its state.
+    pub updated: String,
+}
+
+/// `GET /runs/:runId/approvals`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approvals {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    /// Oldest first.
+    pub approvals: Vec<ApprovalView>,
+}
+
+/// One `GET /watch` event's data (`spec/WATCH.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    /// `watch/v1`.
+    pub v: String,
+    pub run: RunId,
+    /// The journal line (1-based).
+    pub line: u64,
+    /// The line's runstate/v1 record as written (`spec/runstate.schema.json`); `None` when the
+    /// line is not JSON.
+    pub record: Option<serde_json::Value>,
+    /// Such a line's text (its first 4 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bad: Option<String>,
+}
+
+/// What an answer says of itself: `{ok: false, detail}` for every error; a verb's answer carries
+/// `ok: true` and, mostly, a `detail`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// `POST …/steer`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerBody {
+    pub msg: String,
+    /// Kill the current turn first.
+    #[serde(default)]
+    pub interrupt: bool,
+    pub by: String,
+}
+
+/// `POST …/kill`, `…/interrupt`, `/pause`, `/resume`: who asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerbBody {
+    pub by: String,
+}
+
+/// `POST /runs/:runId/budget`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetBody {
+    /// The new budget in US dollars.
+    pub usd: f64,
+    /// A task's budget instead of the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    pub by: String,
+}
+
+/// `POST …/approvals/:aid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecideBody {
+    pub decision: Decision,
+    /// A deny's message (what the model reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub by: String,
+}
+
+/// Reads a field that is there as `Some`, its `null` included: for fields whose absence and `null`
+/// say different things.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_name_reads_as_unknown_and_every_known_one_as_itself() {
+        assert_eq!(RunStatus::named("finished"), RunStatus::Finished);
+        assert_eq!(RunStatus::named("archived"), RunStatus::Unknown);
+        assert_eq!(Cost::named("tokens only"), Cost::TokensOnly);
+        assert_eq!(PauseReason::named("rate_limit"), PauseReason::RateLimit);
+        assert_eq!(TaskState::Pending.as_str(), "pending");
+        assert_eq!(Cost::NotReported.to_string(), "not reported");
+    }
+
+    #[test]
+    fn idle_s_tells_absent_from_null() {
+        let facts =
+            r#""state":"leased","rc":null,"detail":null,"sha":null,"session_id":null,"attempts":1,"updated":null"#;
+        let base = format!(r#"{{"id":"B1",{facts},"adapter":"claude","review":false,"gate":null"#);
+        let absent: TaskView = serde_json::from_str(&format!("{base}}}")).unwrap();
+        let null: TaskView = serde_json::from_str(&format!(r#"{base},"idle_s":null}}"#)).unwrap();
+        let some: TaskView = serde_json::from_str(&format!(r#"{base},"idle_s":2.5}}"#)).unwrap();
+        assert_eq!((absent.idle_s, null.idle_s, some.idle_s), (None, Some(None), Some(Some(2.5))));
+        assert!(!serde_json::to_string(&absent).unwrap().contains("idle_s"));
+        assert!(serde_json::to_string(&null).unwrap().contains(r#""idle_s":null"#));
+    }
+}
