@@ -60,8 +60,12 @@ pub enum RunStatus {
     Pending,
     Running,
     Paused,
+    /// Nothing runs and nothing can start because a task halted (`blocked_by` says which).
+    Blocked,
     Finished,
     Failed,
+    /// Ended by the operator.
+    Stopped,
     #[serde(other)]
     Unknown,
 }
@@ -77,6 +81,8 @@ pub enum TaskState {
     Reviewed,
     Committed,
     Halted,
+    /// Dropped by the operator after a halt: its wave counts it done.
+    Skipped,
     #[serde(other)]
     Unknown,
 }
@@ -94,6 +100,7 @@ pub enum LiveState {
     Reviewed,
     Committed,
     Halted,
+    Skipped,
     #[serde(other)]
     Unknown,
 }
@@ -232,6 +239,9 @@ pub struct Counts {
     pub reviewed: u64,
     pub committed: u64,
     pub halted: u64,
+    /// Dropped by the operator (`skip`); absent from an API that predates it.
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 /// How well a run's journal read.
@@ -300,6 +310,50 @@ pub struct RunSummary<J = JournalHealth> {
     pub updated: Option<String>,
     pub journal: J,
     pub usage: Usage,
+    /// The slug of the plan this run is a run of (its own, or the one a re-run took `<slug>-N`
+    /// from): a UI groups a plan's runs by it.
+    #[serde(default)]
+    pub base_slug: Option<Slug>,
+    /// While the run is blocked (or paused after a block): the halted tasks that keep it from going on.
+    #[serde(default)]
+    pub blocked_by: Vec<Blocker>,
+    /// While blocked: when the supervisor's idle limit fails the run (RFC 3339).
+    #[serde(default)]
+    pub fails_at: Option<String>,
+}
+
+/// A halted task that blocks its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Blocker {
+    pub task: TaskId,
+    pub state: TaskState,
+    pub detail: Option<String>,
+    /// RFC 3339: its halt.
+    pub since: String,
+}
+
+/// Whether a run's supervisor is there: `live`; `gone` (the run is not over and nothing runs it:
+/// `harness supervise <runId>` recovers it); `none` (the run is over, or a DynWF run, which has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Supervisor {
+    Live,
+    Gone,
+    None,
+    #[serde(other)]
+    Unknown,
+}
+
+impl Supervisor {
+    /// The supervisor of a run in `status` on `plane` whose process is (not) `alive`.
+    pub fn of(alive: bool, status: RunStatus, plane: Plane) -> Supervisor {
+        let over = matches!(status, RunStatus::Finished | RunStatus::Failed | RunStatus::Stopped);
+        match (alive, over, plane) {
+            (true, _, _) => Supervisor::Live,
+            (false, false, Plane::Standalone) => Supervisor::Gone,
+            _ => Supervisor::None,
+        }
+    }
 }
 
 impl<J> RunSummary<J> {
@@ -330,6 +384,9 @@ impl<J> RunSummary<J> {
             updated: self.updated,
             journal: f(self.journal),
             usage: self.usage,
+            base_slug: self.base_slug,
+            blocked_by: self.blocked_by,
+            fails_at: self.fails_at,
         }
     }
 }
@@ -341,6 +398,12 @@ pub struct RunRow {
     pub run: RunSummary,
     /// The run's supervisor process is alive.
     pub live: bool,
+    #[serde(default = "unknown_supervisor")]
+    pub supervisor: Supervisor,
+}
+
+fn unknown_supervisor() -> Supervisor {
+    Supervisor::Unknown
 }
 
 /// `GET /runs/:runId`: the Job view — the run, its plan by wave with each task's last state.
@@ -349,6 +412,8 @@ pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunSummary<JournalDetail>,
     pub live: bool,
+    #[serde(default = "unknown_supervisor")]
+    pub supervisor: Supervisor,
     pub plan: PlanView,
     /// Tasks the journal knows and the plan copy does not (a plan copy missing or edited).
     pub unplanned_tasks: Vec<UnplannedTask>,

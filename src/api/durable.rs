@@ -101,13 +101,17 @@ impl Durable {
             .map(|t| views::UnplannedTask { id: t.clone(), facts: task_facts(v, t) })
             .collect();
         let p = &files.pointer;
+        let live = files.supervisor_alive();
+        let run = files.row(&usage).with_journal(|health| views::JournalDetail {
+            health,
+            bad_line_list: v.bad_lines.iter().map(Into::into).collect(),
+            torn_tail_line: v.torn_tail.as_ref().map(Into::into),
+        });
+        let supervisor = views::Supervisor::of(live, run.status, run.plane);
         Ok(views::RunDetail {
-            run: files.row(&usage).with_journal(|health| views::JournalDetail {
-                health,
-                bad_line_list: v.bad_lines.iter().map(Into::into).collect(),
-                torn_tail_line: v.torn_tail.as_ref().map(Into::into),
-            }),
-            live: files.supervisor_alive(),
+            run,
+            live,
+            supervisor,
             plan: views::PlanView { waves },
             unplanned_tasks: unplanned,
             pending_steers: v.pending_steers.len() as u64,

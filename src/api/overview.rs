@@ -691,7 +691,12 @@ fn page(inner: &Inner, q: &Query) -> (Page, Vec<RunId>) {
             body.push(b',');
         }
         body.extend_from_slice(&row.as_bytes()[..row.len() - 1]);
-        body.extend_from_slice(if alive(s) { b",\"live\":true}" } else { b",\"live\":false}" });
+        let live = alive(s);
+        body.extend_from_slice(if live { b",\"live\":true" } else { b",\"live\":false" });
+        let supervisor = crate::views::Supervisor::of(live, s.head.status.into(), s.head.pointer.plane.into());
+        body.extend_from_slice(b",\"supervisor\":\"");
+        body.extend_from_slice(crate::wire::name_of(&supervisor).as_bytes());
+        body.extend_from_slice(b"\"}");
         n += 1;
         next_after = Some(c.clone());
     }

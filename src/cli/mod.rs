@@ -458,6 +458,7 @@ impl Tuning {
             gate_timeout: *self.gate_timeout,
             batch: false,
             listener: None,
+            stop_on_signal: false,
         }
     }
     fn args(&self) -> Vec<String> {

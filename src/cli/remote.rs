@@ -88,17 +88,30 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
     }
     let rows: Vec<RunRow> = typed(v, "GET /runs")?;
     out(&format!("{:<40} {:<9} {:>5} {:>9} {:<5} {}", "RUN", "STATUS", "WAVE", "DONE", "LIVE", "PROJECT/BRANCH"));
-    for RunRow { run: r, live } in rows {
+    let mut gone = Vec::new();
+    for RunRow { run: r, live, supervisor } in rows {
+        if supervisor == views::Supervisor::Gone {
+            gone.push(r.run_id.clone());
+        }
+        let status = r.status.as_str();
         out(&format!(
             "{:<40} {:<9} {:>5} {:>9} {:<5} {}{}",
             r.run_id.as_str(),
-            r.status.as_str(),
+            status,
             wave_of(&r),
             done_of(&r),
-            if live { "yes" } else { "no" },
+            match (live, supervisor) {
+                (true, _) => "yes",
+                (false, views::Supervisor::Gone) => "GONE",
+                _ => "no",
+            },
             r.project,
             branch(&r.branch),
         ));
+    }
+    // Hints go to stderr: stdout stays one line per run.
+    for id in gone {
+        eprintln!("{id}: its supervisor is gone; `harness supervise {id}` recovers it, `harness stop {id}` ends it");
     }
     Ok(())
 }
@@ -112,8 +125,23 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
         return Ok(());
     }
     let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
-    let live = if d.live { "supervised, live" } else { "not live" };
+    let live = match d.supervisor {
+        _ if d.live => "supervised, live".to_string(),
+        views::Supervisor::Gone => format!("supervisor gone: `harness supervise {id}` recovers it"),
+        _ => "not live".to_string(),
+    };
     out(&format!("run {id} · {} · {}{} · {live}", d.run.status, d.run.repo_root.display(), branch(&d.run.branch)));
+    for b in &d.run.blocked_by {
+        let fails = d.run.fails_at.as_deref().map(|t| format!(" (the run fails at {t})")).unwrap_or_default();
+        out(&format!(
+            "  blocked by {} ({}): {}{fails} — `harness retry {id} {}`, `harness skip {id} {} --reason …` or a steer unblocks it",
+            b.task.as_str(),
+            b.state.as_str(),
+            b.detail.as_deref().unwrap_or(""),
+            b.task.as_str(),
+            b.task.as_str()
+        ));
+    }
     for w in d.plan.waves {
         out(&format!("wave {}", w.wave));
         for t in w.tasks {

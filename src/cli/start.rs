@@ -164,11 +164,14 @@ pub(super) fn run_plan(
         out(&format!("run {id} started (batch, foreground)"));
         let mut opts = tuning.options();
         opts.batch = true;
+        opts.stop_on_signal = true;
         return finish_supervise(&id, home, opts);
     }
     if how.foreground {
         print_started(&id, &plan, "supervised in this process");
-        return finish_supervise(&id, home, tuning.options());
+        let mut opts = tuning.options();
+        opts.stop_on_signal = true;
+        return finish_supervise(&id, home, opts);
     }
     #[cfg(target_os = "macos")]
     {
@@ -215,6 +218,8 @@ fn finish_supervise(id: &RunId, home: Home, opts: crate::supervisor::Options) ->
         Ending::Interrupted => {
             out(&format!("run {id}: supervisor interrupted; running turns were killed and will be re-dispatched"))
         }
+        Ending::Stopped(d) if batch => return Err(CliError::Failed(format!("run {id} {d}"))),
+        Ending::Stopped(d) => out(&format!("run {id} {d}")),
         // A supervisor exits 0 on a clean ending (a restart would not help); batch reports it.
         Ending::Failed(d) if batch => return Err(CliError::Failed(format!("run {id} failed: {d}"))),
         Ending::Failed(d) => out(&format!("run {id} failed: {d}")),

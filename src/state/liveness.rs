@@ -50,6 +50,7 @@ pub enum LiveState {
     Reviewed,
     Committed,
     Halted,
+    Skipped,
 }
 
 impl From<TaskState> for LiveState {
@@ -61,6 +62,7 @@ impl From<TaskState> for LiveState {
             TaskState::Reviewed => LiveState::Reviewed,
             TaskState::Committed => LiveState::Committed,
             TaskState::Halted => LiveState::Halted,
+            TaskState::Skipped => LiveState::Skipped,
         }
     }
 }

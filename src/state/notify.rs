@@ -15,8 +15,16 @@ use std::time::Duration;
 pub const VERSION: &str = "notify/v1";
 
 /// The kinds a hook can subscribe to.
-pub const KINDS: [&str; 6] =
-    ["run_finished", "run_failed", "task_halted", "run_paused", "task_stalled", "approval_pending"];
+pub const KINDS: [&str; 8] = [
+    "run_finished",
+    "run_failed",
+    "run_stopped",
+    "run_blocked",
+    "task_halted",
+    "run_paused",
+    "task_stalled",
+    "approval_pending",
+];
 
 /// One delivery may take this long (a dead webhook costs its retries, never the run).
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,6 +152,15 @@ pub fn event_of(run: &str, line: u64, rec: &Record) -> Option<Event> {
         Body::Run(r) => match r.event {
             RunEvent::Finished => ("run_finished", None, r.detail.clone()),
             RunEvent::Failed => ("run_failed", None, r.detail.clone()),
+            RunEvent::Stopped => ("run_stopped", None, r.detail.clone()),
+            RunEvent::Blocked => {
+                let fails = r
+                    .fails_at
+                    .as_deref()
+                    .map(|t| format!("; the run fails at {t} unless a task is retried, steered or skipped"))
+                    .unwrap_or_default();
+                ("run_blocked", None, Some(format!("{}{fails}", r.detail.as_deref().unwrap_or("blocked"))))
+            }
             RunEvent::Paused => {
                 let by = r.by.clone().unwrap_or_else(|| "operator".into());
                 (
@@ -206,7 +223,7 @@ pub fn deliver(hook: &Hook, e: &Event) -> Result<(), String> {
         Target::Ntfy(url) => {
             let title = format!("harness: {} {}", e.kind.replace('_', " "), e.task.as_deref().unwrap_or(&e.run));
             let priority = match e.kind {
-                "run_failed" | "task_halted" | "approval_pending" | "task_stalled" => "high",
+                "run_failed" | "run_blocked" | "task_halted" | "approval_pending" | "task_stalled" => "high",
                 _ => "default",
             };
             let body = format!("{}\n{}", e.detail.as_deref().unwrap_or(e.kind), e.run);

@@ -199,7 +199,28 @@ impl RunFiles {
                 torn_tail: v.torn_tail.is_some(),
             },
             usage: usage.into(),
+            base_slug: Some(p.plan_slug().clone()),
+            blocked_by: self.blocked_by(),
+            fails_at: v.fails_at.clone(),
         }
+    }
+
+    /// The halted tasks that block the run, while it is blocked (or paused after a block).
+    fn blocked_by(&self) -> Vec<views::Blocker> {
+        let v = &self.view;
+        if v.status != RunStatus::Blocked && v.fails_at.is_none() {
+            return Vec::new();
+        }
+        v.tasks
+            .iter()
+            .filter(|(_, t)| t.state == TaskState::Halted)
+            .map(|(id, t)| views::Blocker {
+                task: id.clone(),
+                state: t.state.into(),
+                detail: t.detail.clone(),
+                since: t.ts.clone(),
+            })
+            .collect()
     }
 
     /// The last record's time, else the pointer's creation, in ns since the epoch (0 when neither

@@ -16,8 +16,10 @@ impl From<RunStatus> for views::RunStatus {
             RunStatus::Pending => views::RunStatus::Pending,
             RunStatus::Running => views::RunStatus::Running,
             RunStatus::Paused => views::RunStatus::Paused,
+            RunStatus::Blocked => views::RunStatus::Blocked,
             RunStatus::Finished => views::RunStatus::Finished,
             RunStatus::Failed => views::RunStatus::Failed,
+            RunStatus::Stopped => views::RunStatus::Stopped,
         }
     }
 }
@@ -31,6 +33,7 @@ impl From<TaskState> for views::TaskState {
             TaskState::Reviewed => views::TaskState::Reviewed,
             TaskState::Committed => views::TaskState::Committed,
             TaskState::Halted => views::TaskState::Halted,
+            TaskState::Skipped => views::TaskState::Skipped,
         }
     }
 }
@@ -46,6 +49,7 @@ impl From<LiveState> for views::LiveState {
             LiveState::Reviewed => views::LiveState::Reviewed,
             LiveState::Committed => views::LiveState::Committed,
             LiveState::Halted => views::LiveState::Halted,
+            LiveState::Skipped => views::LiveState::Skipped,
         }
     }
 }
@@ -182,6 +186,7 @@ pub fn counts(view: &RunView) -> views::Counts {
         reviewed: n(TaskState::Reviewed),
         committed: n(TaskState::Committed),
         halted: n(TaskState::Halted),
+        skipped: n(TaskState::Skipped),
     }
 }
 

@@ -55,6 +55,10 @@ pub struct Options {
     pub batch: bool,
     /// The control socket, when the service manager passed one (socket activation).
     pub listener: Option<std::os::unix::net::UnixListener>,
+    /// SIGINT/SIGTERM stop the run (`harness run` in the foreground: Ctrl-C means stop): the running
+    /// turns are killed and journaled, the run ends `stopped`. Off (a service's supervisor), a signal
+    /// leaves the turns `leased` for the next supervisor to re-dispatch.
+    pub stop_on_signal: bool,
 }
 
 impl Default for Options {
@@ -66,6 +70,7 @@ impl Default for Options {
             gate_timeout: crate::timeouts::GATE,
             batch: false,
             listener: None,
+            stop_on_signal: false,
         }
     }
 }
@@ -80,6 +85,8 @@ pub enum Ending {
     Interrupted,
     /// The journal says the run is already over.
     AlreadyOver(String),
+    /// Stopped by the operator (`stop`, or a signal with `stop_on_signal`): `run stopped` journaled.
+    Stopped(String),
 }
 
 /// Why a supervisor could not start (or recover) its run. Each names the run's file involved.
@@ -274,7 +281,9 @@ pub async fn supervise(
     };
     let sock_path =
         listener.as_ref().and_then(|l| l.local_addr().ok()).and_then(|a| a.as_pathname().map(PathBuf::from));
-    let liveness_path = (!opts.batch).then(|| pointer.liveness_path());
+    // Batch runs too: their liveness says whose process runs them (a run whose process is gone
+    // shows `supervisor: "gone"`).
+    let liveness_path = Some(pointer.liveness_path());
     let plan_isolation = plan.isolation();
     let plan_hooks = plan.git_hooks == Some(true);
     let pointer_branch = pointer.branch.clone();
@@ -315,7 +324,7 @@ pub async fn supervise(
     let _ = tokio::time::timeout(notifier::DRAIN + Duration::from_secs(1), notifier.task).await;
     let _ = keeper.stop.send(true);
     let _ = keeper.task.await;
-    if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_)) {
+    if matches!(ending, Ending::Finished | Ending::Failed(_) | Ending::AlreadyOver(_) | Ending::Stopped(_)) {
         let view = journal::replay(&journal_path).unwrap_or_default();
         remove_task_worktrees(&home, &run_id, &run_wt, &view).await;
         apply_retention(&home, &run_id).await;
@@ -399,6 +408,7 @@ impl Scheduler {
             tokio::time::interval(crate::os::service::watchdog_interval().unwrap_or(timeouts::SUPERVISOR_WATCHDOG));
         let mut stall_watch = tokio::time::interval(stall::period(self.ctx.plan.stall_after()));
         stall_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut signalled = false;
         let ending = loop {
             if let Some(end) = self.dispatch() {
                 break end;
@@ -418,7 +428,16 @@ impl Scheduler {
                     let detail = self.idle_reason();
                     break self.fail(format!("idle limit ({:?}) reached: {detail}", self.opts.linger));
                 }
-                _ = &mut shutdown => break self.interrupt().await,
+                _ = &mut shutdown, if !signalled => {
+                    signalled = true;
+                    if !self.opts.stop_on_signal {
+                        break self.interrupt().await;
+                    }
+                    // Ctrl-C of a foreground run: stop it, as `stop` does.
+                    if self.stopping.is_none() {
+                        self.stop_by("signal");
+                    }
+                }
             }
         };
         if let Some(h) = server {
@@ -499,7 +518,7 @@ impl Scheduler {
         if let Some(reason) = &self.stopping {
             if self.running_count() == 0 {
                 let reason = reason.clone();
-                return Some(self.fail(reason));
+                return Some(self.stopped(reason));
             }
             return None;
         }
@@ -554,6 +573,7 @@ impl Scheduler {
                 return Some(self.fail(detail));
             }
             self.idle_since.get_or_insert_with(Instant::now);
+            self.note_blocked(&view);
         } else {
             self.idle_since = None;
         }
@@ -699,6 +719,33 @@ impl Scheduler {
             tracing::error!(RUN_ID = %self.ctx.run_id, error = %e, "cannot journal the run's end");
         }
         Ending::Finished
+    }
+
+    /// Journals `run blocked` (once per blocking) when nothing runs and a halted task keeps the
+    /// run from going on, with when the idle limit fails it.
+    fn note_blocked(&self, view: &RunView) {
+        if view.status.is_over() || view.status == RunStatus::Blocked || view.fails_at.is_some() {
+            return;
+        }
+        if !view.tasks.values().any(|t| t.state == TaskState::Halted) {
+            return;
+        }
+        let left = self.linger_left().unwrap_or(self.opts.linger);
+        let at = humantime::format_rfc3339_millis(std::time::SystemTime::now() + left).to_string();
+        let mut rec = Record::run(RunEvent::Blocked, "supervisor", Some(self.idle_reason()));
+        if let journal::Body::Run(r) = &mut rec.body {
+            r.fails_at = Some(at);
+        }
+        if let Err(e) = self.ctx.journal.append(&rec) {
+            tracing::error!(RUN_ID = %self.ctx.run_id, error = %e, "cannot journal that the run is blocked");
+        }
+    }
+
+    fn stopped(&mut self, detail: String) -> Ending {
+        if let Err(e) = self.ctx.journal.append(&Record::run(RunEvent::Stopped, "supervisor", Some(detail.clone()))) {
+            tracing::error!(RUN_ID = %self.ctx.run_id, error = %e, "cannot journal the run's end");
+        }
+        Ending::Stopped(detail)
     }
 
     fn fail(&mut self, detail: String) -> Ending {

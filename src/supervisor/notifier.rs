@@ -49,10 +49,14 @@ fn read_mark(path: &Path, journal: &Path) -> Mark {
     if let Some(m) = std::fs::read(path).ok().and_then(|b| serde_json::from_slice::<Mark>(&b).ok()) {
         return m;
     }
-    // First start: from the end (what happened before this run had a notifier is not news).
+    // First start: from the end (what happened before this run had a notifier is not news). The
+    // start is saved at once: a supervisor killed before its first delivery is done must leave the
+    // next one a mark that still has that delivery ahead of it.
     let bytes = std::fs::read(journal).unwrap_or_default();
     let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    Mark { line: bytes[..end].iter().filter(|b| **b == b'\n').count() as u64, offset: end as u64 }
+    let mark = Mark { line: bytes[..end].iter().filter(|b| **b == b'\n').count() as u64, offset: end as u64 };
+    save(path, &mark);
+    mark
 }
 
 async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, mut stopped: watch::Receiver<bool>) {

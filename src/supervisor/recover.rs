@@ -64,7 +64,7 @@ impl Scheduler {
         for task in &ctx.plan.tasks {
             let Some(t) = view.tasks.get(&task.id) else { continue };
             match t.state {
-                TaskState::Committed | TaskState::Halted => {}
+                TaskState::Committed | TaskState::Halted | TaskState::Skipped => {}
                 TaskState::Gated | TaskState::Reviewed => match found_commit(&ctx, &task.id).await {
                     Found::OnRunBranch(sha) => {
                         let mut r = Record::task(&task.id, TaskState::Committed);

@@ -145,11 +145,18 @@ impl Scheduler {
 
     fn stop(&mut self, by: &str) -> Result<Answer, Refusal> {
         self.journal_control(Record::control(Verb::Stop, by, Outcome::Accepted))?;
+        let reason = self.stop_by(by);
+        let detail = format!("{reason}: killing {} running task(s); the run ends stopped", self.running_count());
+        Ok(Answer::Stop { detail, ok: True })
+    }
+
+    /// Ends the run `stopped by <by>` once its running turns, killed now, have ended (each journaled
+    /// `halted`, "killed by stopped by …"). Returns the reason.
+    pub(super) fn stop_by(&mut self, by: &str) -> String {
         let reason = format!("stopped by {by}");
         self.stopping = Some(reason.clone());
         self.kill_all(&reason);
-        let detail = format!("{reason}: killing {} running task(s); the run ends failed", self.running_count());
-        Ok(Answer::Stop { detail, ok: True })
+        reason
     }
 
     pub(super) fn kill_all(&self, by: &str) {

@@ -64,9 +64,9 @@ fn each_attention_reaches_each_hook_once_and_a_dead_hook_does_not_block_the_run(
         .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let config = json!({"v":"notify/v1","hooks":[
-        {"on":["task_halted","run_failed","run_finished"],"webhook":format!("http://127.0.0.1:{port}/hook")},
-        {"on":["run_failed"],"exec":[script.display().to_string()]},
-        {"on":["task_halted","run_failed"],"webhook":"http://127.0.0.1:1/dead"}]});
+        {"on":["task_halted","run_failed","run_stopped","run_finished"],"webhook":format!("http://127.0.0.1:{port}/hook")},
+        {"on":["run_stopped"],"exec":[script.display().to_string()]},
+        {"on":["task_halted","run_stopped"],"webhook":"http://127.0.0.1:1/dead"}]});
     std::fs::write(b.home().join("notify.json"), config.to_string()).unwrap();
     let plan = json!({"v":"plan/v1","slug":"notify","tasks":[
         {"id":"A","wave":1,"adapter":"claude","prompt":"fine"},
@@ -81,11 +81,11 @@ fn each_attention_reaches_each_hook_once_and_a_dead_hook_does_not_block_the_run(
     assert!(!b.supervisor_log().contains("notification not delivered"), "the stop waited for the dead hook");
     // It exits once its last notifications are delivered or given up.
     sup.wait_exit(T);
-    assert_eq!(b.view()["status"], "failed");
+    assert_eq!(b.view()["status"], "stopped");
     let journal = b.journal();
     let line_of = |pred: &dyn Fn(&Value) -> bool| journal.iter().position(pred).unwrap() + 1;
     let halted = format!("{}:{}", b.run_id(), line_of(&|r| r["kind"] == "task" && r["state"] == "halted"));
-    let failed = format!("{}:{}", b.run_id(), line_of(&|r| r["kind"] == "run" && r["event"] == "failed"));
+    let failed = format!("{}:{}", b.run_id(), line_of(&|r| r["kind"] == "run" && r["event"] == "stopped"));
     let seen = seen.lock().unwrap().clone();
     let accepted: Vec<&String> = seen.iter().filter(|(_, _, s)| *s == 200).map(|(id, _, _)| id).collect();
     assert_eq!(accepted, vec![&halted, &failed], "each id accepted exactly once, in order: {seen:#?}");
@@ -100,7 +100,7 @@ fn each_attention_reaches_each_hook_once_and_a_dead_hook_does_not_block_the_run(
     assert!(detail.contains("API Error: Repeated 529 Overloaded errors"), "{detail}");
     let exec: Vec<Value> = json_lines(&exec_out);
     assert_eq!(exec.len(), 1, "{exec:?}");
-    assert_eq!((exec[0]["kind"].as_str(), exec[0]["id"].as_str()), (Some("run_failed"), Some(failed.as_str())));
+    assert_eq!((exec[0]["kind"].as_str(), exec[0]["id"].as_str()), (Some("run_stopped"), Some(failed.as_str())));
     assert!(exec[0]["detail"].as_str().unwrap().contains("stopped by tester"), "{}", exec[0]);
     // The dead hook's failure went to the log, naming the hook and the id.
     let log = b.supervisor_log();

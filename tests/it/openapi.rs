@@ -340,10 +340,18 @@ pub(crate) mod types {
             wave: Some(2),
             waves: Some(3),
             tasks: 5,
-            counts: Counts { leased: 1, implemented: 0, gated: 0, reviewed: 0, committed: 2, halted: 1 },
+            counts: Counts { leased: 1, implemented: 0, gated: 0, reviewed: 0, committed: 2, halted: 1, skipped: 1 },
             updated: Some("2026-11-29T14:05:00.000Z".into()),
             journal,
             usage: usage(),
+            base_slug: Some(Slug::parse("payments").unwrap()),
+            blocked_by: vec![Blocker {
+                task: task(),
+                state: TaskState::Halted,
+                detail: Some("engine failed: exit 1".into()),
+                since: "2026-11-29T14:04:00.000Z".into(),
+            }],
+            fails_at: Some("2026-11-29T14:34:00.000Z".into()),
         }
     }
 
@@ -392,6 +400,7 @@ pub(crate) mod types {
         RunDetail {
             run: summary(journal),
             live: true,
+            supervisor: Supervisor::Live,
             plan: PlanView { waves: vec![Wave { wave: 2, tasks: vec![task_view] }] },
             unplanned_tasks: vec![UnplannedTask { id: TaskId::parse("Z9").unwrap(), facts: facts() }],
             pending_steers: 1,
@@ -464,7 +473,11 @@ pub(crate) mod types {
         let j = |v: &dyn erased::Ser| v.json();
         let approvals_schema = "/paths/~1runs~1{runId}~1approvals/get/responses/200/content/application~1json/schema";
         vec![
-            ("RunRow", "/components/schemas/RunSummary", j(&RunRow { run: summary(health()), live: true })),
+            (
+                "RunRow",
+                "/components/schemas/RunSummary",
+                j(&RunRow { run: summary(health()), live: true, supervisor: Supervisor::Gone }),
+            ),
             ("RunDetail", "/components/schemas/RunDetail", j(&run_detail())),
             ("TaskDetail", "/components/schemas/TaskDetail", j(&task_detail())),
             ("Approvals", approvals_schema, j(&approvals())),

@@ -111,7 +111,19 @@ fn verbs_racing_the_supervisors_end_each_leave_the_record_of_their_answer() {
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"rec","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a",
         "gate":"trap '' TERM; sleep 30"}]}"#;
-    let mut sup = b.start_supervised(plan, "success", &[]);
+    // Supervised as a service is (`harness supervise`): its SIGTERM leaves the turns for the next
+    // supervisor; a foreground `harness run`'s would stop the run.
+    let out = b.harness("success").args(["run", "--register-only"]).arg(b.plan(plan)).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let child = b
+        .harness("success")
+        .args(["supervise", &b.run_id(), "--kill-grace", "1s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut sup = Proc { child };
+    wait_for(T, || harness::control::is_live(&b.sock()).then_some(())).expect("the supervisor serves");
     b.wait_state("A", "implemented", T);
     std::thread::sleep(Duration::from_millis(300)); // the gate has started
     let sock = b.sock();

@@ -138,7 +138,9 @@ fn every_view_keeps_its_keys_and_json_types() {
 fn a_newer_apis_views_read() {
     use crate::openapi::types;
     use harness::views::*;
-    let mut row = serde_json::to_value(RunRow { run: types::summary(types::health()), live: true }).unwrap();
+    let mut row =
+        serde_json::to_value(RunRow { run: types::summary(types::health()), live: true, supervisor: Supervisor::Live })
+            .unwrap();
     row["host"] = "build-3".into();
     row["status"] = "archived".into();
     row["plane"] = "fleet".into();

@@ -81,13 +81,25 @@ pub enum RunStatus {
     Pending,
     Running,
     Paused,
+    /// Nothing runs and nothing can start because a task halted (`run blocked`); a task leased or
+    /// skipped again makes it `running`.
+    Blocked,
     Finished,
     Failed,
+    /// Ended by the operator (`run stopped`).
+    Stopped,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 5] =
-        [RunStatus::Pending, RunStatus::Running, RunStatus::Paused, RunStatus::Finished, RunStatus::Failed];
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Pending,
+        RunStatus::Running,
+        RunStatus::Paused,
+        RunStatus::Blocked,
+        RunStatus::Finished,
+        RunStatus::Failed,
+        RunStatus::Stopped,
+    ];
 
     /// The wire name (serde's).
     pub fn as_str(self) -> &'static str {
@@ -96,7 +108,7 @@ impl RunStatus {
 
     /// The run has ended: nothing of it runs or will run again.
     pub fn is_over(self) -> bool {
-        matches!(self, RunStatus::Finished | RunStatus::Failed)
+        matches!(self, RunStatus::Finished | RunStatus::Failed | RunStatus::Stopped)
     }
 }
 
@@ -146,6 +158,8 @@ pub struct RunView {
     pub nonce: Option<String>,
     pub branch: Option<String>,
     pub start_sha: Option<String>,
+    /// While blocked (or paused after a block): when the idle limit fails the run.
+    pub fails_at: Option<String>,
 }
 
 /// An attention mark as the views show it.
@@ -181,6 +195,7 @@ impl Default for RunView {
             nonce: None,
             branch: None,
             start_sha: None,
+            fails_at: None,
         }
     }
 }
@@ -209,13 +224,22 @@ impl RunView {
 
     fn apply_run(&mut self, r: &super::RunRecord) {
         self.status = match (self.status, r.event) {
-            (RunStatus::Finished | RunStatus::Failed, RunEvent::Paused | RunEvent::Resumed) => self.status,
+            (s, RunEvent::Paused | RunEvent::Resumed | RunEvent::Blocked) if s.is_over() => s,
+            // An operator's pause wins over a block (the view still lists what blocks).
+            (RunStatus::Paused, RunEvent::Blocked) => RunStatus::Paused,
             (_, RunEvent::Started) => RunStatus::Running,
             (_, RunEvent::Paused) => RunStatus::Paused,
             (_, RunEvent::Resumed) => RunStatus::Running,
+            (_, RunEvent::Blocked) => RunStatus::Blocked,
             (_, RunEvent::Finished) => RunStatus::Finished,
             (_, RunEvent::Failed) => RunStatus::Failed,
+            (_, RunEvent::Stopped) => RunStatus::Stopped,
         };
+        match r.event {
+            RunEvent::Blocked if !self.status.is_over() => self.fails_at = r.fails_at.clone(),
+            RunEvent::Blocked | RunEvent::Paused => {}
+            _ => self.fails_at = None,
+        }
         self.pause = (self.status == RunStatus::Paused)
             .then(|| (r.by.clone().unwrap_or_else(|| "operator".into()), r.detail.clone()));
         self.resume_at = if self.status == RunStatus::Paused { r.resume_at.clone() } else { None };
@@ -227,6 +251,11 @@ impl RunView {
     }
 
     fn apply_task(&mut self, rec: &Record, line: u64, t: &super::TaskRecord) {
+        // A task dispatched again (retry, steer) or dropped (skip) is what unblocks a run.
+        if self.status == RunStatus::Blocked && matches!(t.state, TaskState::Leased | TaskState::Skipped) {
+            self.status = RunStatus::Running;
+            self.fails_at = None;
+        }
         let prev = self.tasks.get(&t.task).map(|v| v.state);
         if !TaskState::can_move(prev, t.state) {
             let from = prev.map(|s| s.as_str()).unwrap_or("(none)");

@@ -31,16 +31,19 @@ pub enum TaskState {
     Reviewed,
     Committed,
     Halted,
+    /// Dropped by the operator (`skip`) after a halt: the wave counts it done, nothing follows it.
+    Skipped,
 }
 
 impl TaskState {
-    pub const ALL: [TaskState; 6] = [
+    pub const ALL: [TaskState; 7] = [
         TaskState::Leased,
         TaskState::Implemented,
         TaskState::Gated,
         TaskState::Reviewed,
         TaskState::Committed,
         TaskState::Halted,
+        TaskState::Skipped,
     ];
 
     /// The wire name (serde's).
@@ -48,10 +51,10 @@ impl TaskState {
         crate::wire::name_of(&self)
     }
 
-    /// `committed` is the only terminal state: nothing follows it (no re-dispatch, no halt, no
+    /// `committed` and `skipped` are terminal: nothing follows them (no re-dispatch, no halt, no
     /// steer). Every other state, `halted` included, can move on.
     pub fn is_terminal(self) -> bool {
-        self == TaskState::Committed
+        matches!(self, TaskState::Committed | TaskState::Skipped)
     }
 
     /// The state machine: `leased → implemented → gated → [reviewed] → committed`, any non-terminal
@@ -66,6 +69,7 @@ impl TaskState {
             (Some(Gated), Reviewed) | (Some(Gated), Committed) | (Some(Reviewed), Committed) => true,
             (Some(Implemented | Gated | Reviewed | Halted), Leased) => true,
             (Some(f), Halted) => !f.is_terminal() && f != Halted,
+            (Some(Halted), Skipped) => true,
             _ => false,
         }
     }
@@ -80,6 +84,11 @@ pub enum RunEvent {
     Resumed,
     Finished,
     Failed,
+    /// Nothing runs and nothing can start because a task halted; `fails_at` is when the idle limit
+    /// fails the run. Journaled once per blocking; a task leased or skipped again unblocks it.
+    Blocked,
+    /// Ended by the operator (`stop`, Ctrl-C of a foreground run): its running turns were killed.
+    Stopped,
 }
 
 /// The control verbs. Each one leaves a `control` record.
@@ -243,6 +252,9 @@ pub struct RunRecord {
     /// On `started`: the run's start commit; its own commits are found above it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha: Option<String>,
+    /// On `blocked`: when the supervisor's idle limit fails the run (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fails_at: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -328,6 +340,7 @@ impl Record {
             nonce: None,
             branch: None,
             sha: None,
+            fails_at: None,
         }))
     }
     /// A run instance's `started` record: a fresh nonce, and the branch and commit it starts from.
