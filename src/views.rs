@@ -645,6 +645,14 @@ pub struct VerbBody {
     pub by: String,
 }
 
+/// `POST /runs/:runId/tasks/:tid/skip`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkipBody {
+    /// Why the task is skipped (journaled).
+    pub reason: String,
+    pub by: String,
+}
+
 /// `POST /runs/:runId/budget`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BudgetBody {

@@ -340,6 +340,8 @@ async fn dispatch(
         Route::Steer(run, task) => verbs::verb(api, run, Some(task), Name::Steer, req, peer).await,
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Name::Kill, req, peer).await,
         Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Name::Interrupt, req, peer).await,
+        Route::Retry(run, task) => verbs::verb(api, run, Some(task), Name::Retry, req, peer).await,
+        Route::Skip(run, task) => verbs::verb(api, run, Some(task), Name::Skip, req, peer).await,
         Route::Approvals(run) => approvals(api, run, req).await,
         Route::Decide(run, task, id) => verbs::decide(api, run, task, id, req, peer).await,
         Route::Pause(run) => verbs::verb(api, run, None, Name::Pause, req, peer).await,

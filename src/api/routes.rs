@@ -17,6 +17,10 @@ pub enum Route {
     Steer(RunId, TaskId),
     Kill(RunId, TaskId),
     Interrupt(RunId, TaskId),
+    /// Re-dispatch a halted task.
+    Retry(RunId, TaskId),
+    /// End a halted task `skipped`.
+    Skip(RunId, TaskId),
     /// The run's asked tool calls.
     Approvals(RunId),
     /// The operator's decision on one.
@@ -42,6 +46,8 @@ impl Route {
             Route::Steer(..)
             | Route::Kill(..)
             | Route::Interrupt(..)
+            | Route::Retry(..)
+            | Route::Skip(..)
             | Route::Pause(_)
             | Route::Resume(_)
             | Route::Budget(_) => &["POST"],
@@ -111,6 +117,8 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs", r, "tasks", t, "steer"] => Route::Steer(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "kill"] => Route::Kill(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "interrupt"] => Route::Interrupt(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "retry"] => Route::Retry(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "skip"] => Route::Skip(run(r)?, task(t)?),
         ["runs", r, "approvals"] => Route::Approvals(run(r)?),
         ["runs", r, "tasks", t, "approvals", a] => Route::Decide(run(r)?, task(t)?, approval_id(&decode(a)?)?),
         // A segment that is not a valid id where an id belongs is a 400 even on a longer path, so a

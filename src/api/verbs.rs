@@ -90,6 +90,8 @@ struct Asked {
     /// budget: the new budget and the task it is for (absent: the run's).
     usd: Option<f64>,
     budget_task: Option<TaskId>,
+    /// skip: why.
+    reason: Option<String>,
 }
 
 /// Checks the body of `verb`. On a refusal, also returns what could be read of `by` and `msg`, for
@@ -118,10 +120,20 @@ async fn asked(verb: Name, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
             None => None,
             Some(t) => Some(TaskId::parse(&t).map_err(|e| fail(bad(format!("field task: {e}"))))?),
         };
-        return Ok(Asked { by, msg: None, interrupt: false, usd, budget_task });
+        return Ok(Asked { by, msg: None, interrupt: false, usd, budget_task, reason: None });
+    }
+    if verb == Name::Skip {
+        let reason = field_str(&body, "reason")
+            .map_err(fail)?
+            .filter(|r| !r.trim().is_empty())
+            .ok_or_else(|| fail(bad("field reason is required and must not be blank: why the task is skipped")))?;
+        if reason.len() > control::MAX_REASON {
+            return Err(fail(bad(format!("field reason is longer than {} bytes", control::MAX_REASON))));
+        }
+        return Ok(Asked { by, msg: None, interrupt: false, usd: None, budget_task: None, reason: Some(reason) });
     }
     if verb != Name::Steer {
-        return Ok(Asked { by, msg: None, interrupt: false, usd: None, budget_task: None });
+        return Ok(Asked { by, msg: None, interrupt: false, usd: None, budget_task: None, reason: None });
     }
     let msg = field_str(&body, "msg")
         .map_err(fail)?
@@ -132,7 +144,7 @@ async fn asked(verb: Name, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(fail(bad("field interrupt must be a boolean"))),
     };
-    Ok(Asked { by, msg: Some(msg), interrupt, usd: None, budget_task: None })
+    Ok(Asked { by, msg: Some(msg), interrupt, usd: None, budget_task: None, reason: None })
 }
 
 /// Handles one verb. `task` for steer/kill; `peer` is the connection's uid where known. Every
@@ -163,7 +175,7 @@ pub async fn verb(
         let rec = crate::state::audit::record(verb.spec().journaled, task.clone(), msg.as_deref(), &by, &detail_rec);
         on_record(journal.clone(), rec, (status, detail))
     };
-    let Asked { by, msg, interrupt, usd, budget_task } = match asked(verb, req).await {
+    let Asked { by, msg, interrupt, usd, budget_task, reason } = match asked(verb, req).await {
         Ok(a) => a,
         Err((r, by, msg)) => return Err(refused(r, by, msg).await),
     };
@@ -190,7 +202,7 @@ pub async fn verb(
         };
     }
     let sock = api.durable.home.socket_path(&run);
-    let asked = Asked { by, msg, interrupt, usd, budget_task };
+    let asked = Asked { by, msg, interrupt, usd, budget_task, reason };
     let request = match request_of(verb, task.clone(), &asked) {
         Some(r) => r,
         None => {
@@ -296,6 +308,8 @@ fn request_of(verb: Name, task: Option<TaskId>, a: &Asked) -> Option<Request> {
         }),
         (Name::Kill, Some(task)) => Act::Kill(control::Kill { task }),
         (Name::Interrupt, Some(task)) => Act::Interrupt(control::Interrupt { task }),
+        (Name::Retry, Some(task)) => Act::Retry(control::Retry { task }),
+        (Name::Skip, Some(task)) => Act::Skip(control::Skip { task, reason: a.reason.clone().unwrap_or_default() }),
         (Name::Pause, _) => Act::Pause(control::Pause),
         (Name::Resume, _) => Act::Resume(control::Resume),
         (Name::Stop, _) => Act::Stop(control::Stop),
@@ -303,7 +317,8 @@ fn request_of(verb: Name, task: Option<TaskId>, a: &Asked) -> Option<Request> {
         (Name::Budget, _) => {
             Act::Budget(control::Budget { usd: a.usd.unwrap_or_default(), task: a.budget_task.clone() })
         }
-        (Name::Steer | Name::Kill | Name::Interrupt | Name::Status | Name::Ask | Name::Decide, _) => return None,
+        (Name::Steer | Name::Kill | Name::Interrupt | Name::Retry | Name::Skip, None) => return None,
+        (Name::Status | Name::Ask | Name::Decide, _) => return None,
     };
     Some(Request::new(act, Some(a.by.clone())))
 }

@@ -223,6 +223,23 @@ enum Cmd {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Re-dispatch a halted task: its session resumed with its prompt, else a fresh start.
+    Retry {
+        run: String,
+        task: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// End a halted task as skipped, so its wave (and the run) can go on; its work is kept.
+    Skip {
+        run: String,
+        task: String,
+        /// Why it is skipped (journaled).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Hold a run: no new task or turn is dispatched.
     Pause {
         run: String,
@@ -682,6 +699,11 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         }
         Cmd::Kill { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "kill", &cli_by()),
         Cmd::Interrupt { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "interrupt", &cli_by()),
+        Cmd::Retry { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "retry", &cli_by()),
+        Cmd::Skip { run, task, reason, api } => {
+            let body = crate::views::SkipBody { reason, by: "cli".into() };
+            remote::task_verb(&api.client()?, &run, &task, "skip", &body)
+        }
         Cmd::Pause { run, api } => remote::run_verb(&api.client()?, &run, "pause"),
         Cmd::Resume { run, api } => remote::run_verb(&api.client()?, &run, "resume"),
         Cmd::Budget { run, usd, task, api } => remote::budget(&api.client()?, &run, usd, task),

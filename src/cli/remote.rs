@@ -273,6 +273,17 @@ pub(super) fn control_verb(run: &str, act: Act) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;
     let sock = home.socket_path(&p.run_id);
+    // A run whose supervisor is gone is stopped here, as its supervisor would have.
+    if matches!(act, Act::Stop(_)) && !control::is_live(&sock) {
+        let done = client_rt()?
+            .block_on(crate::supervisor::abandoned::stop(&home, &p.run_id, "cli"))
+            .map_err(|e| CliError::Failed(format!("run {} is not live and cannot be stopped: {e}", p.run_id)))?;
+        out(&format!("run {}: its supervisor was gone; stopped it here:", p.run_id));
+        for d in done {
+            out(&format!("  {d}"));
+        }
+        return Ok(());
+    }
     let req = Request::new(act, Some("cli".to_string()));
     let reply = client_rt()?
         .block_on(control::request(&sock, &req, crate::timeouts::CLI_CONTROL_ANSWER))

@@ -128,6 +128,10 @@ verbs! {
     /// Sets the run's budget, or a task's, in US dollars; a run paused by a budget its spend no
     /// longer reaches resumes.
     Budget => "budget", OptionalTask, Operator, Budget, ["usd", "task"];
+    /// Re-dispatches a halted task: its session resumed with its prompt, else a fresh start.
+    Retry => "retry", Task, Operator, Retry, ["task"];
+    /// Ends a halted task `skipped`, for a reason: its wave counts it done.
+    Skip => "skip", Task, Operator, Skip, ["task", "reason"];
 }
 
 impl Name {
@@ -230,6 +234,50 @@ pub struct Decide {
     pub id: String,
     pub allow: bool,
     pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    pub task: TaskId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    pub task: TaskId,
+    /// Why (journaled in the task's `skipped` record).
+    pub reason: String,
+}
+
+impl Payload for Retry {
+    fn read(w: &Wire) -> Result<Retry, String> {
+        Ok(Retry { task: w.task()? })
+    }
+    fn write(self, w: &mut Wire) {
+        w.task = Some(self.task.to_string());
+    }
+    fn task(&self) -> Option<&TaskId> {
+        Some(&self.task)
+    }
+}
+
+/// Longest skip reason, in bytes.
+pub const MAX_REASON: usize = 4096;
+
+impl Payload for Skip {
+    fn read(w: &Wire) -> Result<Skip, String> {
+        let reason = w.reason.clone().filter(|r| !r.trim().is_empty()).ok_or("skip needs a reason")?;
+        if reason.len() > MAX_REASON {
+            return Err(format!("skip: the reason is longer than {MAX_REASON} bytes"));
+        }
+        Ok(Skip { task: w.task()?, reason })
+    }
+    fn write(self, w: &mut Wire) {
+        w.task = Some(self.task.to_string());
+        w.reason = Some(self.reason);
+    }
+    fn task(&self) -> Option<&TaskId> {
+        Some(&self.task)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -372,11 +420,13 @@ struct Wire {
     message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 impl Wire {
     /// The fields given besides `verb` and `by`.
-    fn given(&self) -> [(&'static str, bool); 10] {
+    fn given(&self) -> [(&'static str, bool); 11] {
         [
             ("task", self.task.is_some()),
             ("msg", self.msg.is_some()),
@@ -388,6 +438,7 @@ impl Wire {
             ("decision", self.decision.is_some()),
             ("message", self.message.is_some()),
             ("usd", self.usd.is_some()),
+            ("reason", self.reason.is_some()),
         ]
     }
 
@@ -459,6 +510,6 @@ mod tests {
         assert!(bad(r#"{"verb":"kill","task":"A","msg":"x"}"#).contains("field msg does not apply to kill"));
         assert!(bad(r#"{"verb":"kill"}"#).contains("kill needs a task"));
         let unknown = bad(r#"{"verb":"explode"}"#);
-        assert!(unknown.contains("unknown verb \"explode\": expected kill, steer, interrupt, pause, resume, stop, status, ask, decide, end or budget"), "{unknown}");
+        assert!(unknown.contains("unknown verb \"explode\": expected kill, steer, interrupt, pause, resume, stop, status, ask, decide, end, budget, retry or skip"), "{unknown}");
     }
 }

@@ -145,6 +145,10 @@ fn check(p: &Pointer, verb: Verb, task: Option<&TaskId>, msg: Option<&str>) -> R
         Verb::Interrupt => Err(refused("interrupt is refused for a DynWF run: it has no live channel")),
         Verb::End => Err(refused("end is refused for a DynWF run: it is not a session")),
         Verb::Budget => Err(refused("budget is refused for a DynWF run: its Workflow runs the turns")),
+        Verb::Retry | Verb::Skip => Err(refused(format!(
+            "{} is refused for a DynWF run: its Workflow dispatches the tasks (observe + queue-steer only)",
+            verb.as_str()
+        ))),
         Verb::Other => Err(InboxError::Invalid("not a verb: expected steer, pause or resume".into())),
         Verb::Steer => {
             let task = task.ok_or_else(|| InboxError::Invalid("steer needs a task".into()))?;

@@ -146,7 +146,7 @@ impl RunFiles {
         let waves = plan.waves();
         waves
             .iter()
-            .find(|(_, ts)| ts.iter().any(|t| self.view.state_of(&t.id) != Some(TaskState::Committed)))
+            .find(|(_, ts)| ts.iter().any(|t| !self.view.state_of(&t.id).is_some_and(TaskState::is_terminal)))
             .or_else(|| waves.iter().next_back())
             .map(|(w, _)| *w)
     }

@@ -7,6 +7,7 @@
 //! One scheduler task owns all state; pipelines (`pipeline.rs`) and connections (`control.rs`) talk to
 //! it through channels, so there is no lock around run state.
 
+pub mod abandoned;
 mod approvals;
 mod budget;
 mod keeper;
@@ -530,7 +531,8 @@ impl Scheduler {
             }
         };
         let plan = self.ctx.plan.clone();
-        if plan.tasks.iter().all(|t| view.state_of(&t.id) == Some(TaskState::Committed)) {
+        let done = |t: &TaskId| view.state_of(t).is_some_and(TaskState::is_terminal);
+        if plan.tasks.iter().all(|t| done(&t.id)) {
             if self.running_count() > 0 {
                 return None;
             }
@@ -538,12 +540,9 @@ impl Scheduler {
         }
         if !self.paused {
             self.apply_steers(&view, &plan);
-            // The current wave: the lowest with a task not committed.
+            // The current wave: the lowest with a task not done (committed or skipped).
             let waves = plan.waves();
-            let current = waves
-                .iter()
-                .find(|(_, ts)| ts.iter().any(|t| view.state_of(&t.id) != Some(TaskState::Committed)))
-                .map(|(w, ts)| (*w, ts.clone()));
+            let current = waves.iter().find(|(_, ts)| ts.iter().any(|t| !done(&t.id))).map(|(w, ts)| (*w, ts.clone()));
             if let Some((_, tasks)) = current {
                 let limit = plan.parallelism();
                 for t in tasks {
@@ -676,7 +675,7 @@ impl Scheduler {
         tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %task, detail = %why, "task pipeline failed");
         let view = self.view().unwrap_or_default();
         let t = view.tasks.get(task);
-        if t.is_none_or(|t| matches!(t.state, TaskState::Committed | TaskState::Halted)) {
+        if t.is_none_or(|t| matches!(t.state, TaskState::Committed | TaskState::Halted | TaskState::Skipped)) {
             if t.is_none() {
                 self.broken.insert(task.clone(), why);
             }

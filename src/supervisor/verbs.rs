@@ -58,6 +58,8 @@ impl Scheduler {
                 self.steer(task, msg, interrupt.unwrap_or(false), &by)
             }
             Act::Interrupt(control::Interrupt { task }) => self.interrupt_turn(task, &by),
+            Act::Retry(control::Retry { task }) => self.retry(task, &by),
+            Act::Skip(control::Skip { task, reason }) => self.skip(task, reason, &by),
             Act::End(_) => self.end_session(&by),
             Act::Budget(control::Budget { usd, task }) => self.set_budget(*usd, task.as_ref(), &by),
             Act::Ask(control::Ask { task, tool, input, tool_use_id }) => {
@@ -367,6 +369,87 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// The refusal of a retry or skip of a task that is not halted, journaled.
+    fn not_halted(&self, verb: Verb, task: &TaskId, by: &str, state: Option<journal::TaskState>) -> Refusal {
+        let detail = match state {
+            None => format!("task {task} has not run: only a halted task is retried or skipped"),
+            Some(s) => format!("task {task} is {}, not halted: only a halted task is retried or skipped", s.as_str()),
+        };
+        let rec = ControlRecord {
+            task: Some(task.clone()),
+            detail: Some(format!("{detail} (409)")),
+            ..Record::control(verb, by, Outcome::Refused)
+        };
+        match self.journal_control(rec) {
+            Ok(()) => Refusal::by_state(detail).recorded(),
+            Err(r) => r,
+        }
+    }
+
+    /// Re-dispatches a halted task without a message: its session resumed with its prompt (the
+    /// earlier attempt carried into the fresh worktree, as a steer's redo), else a fresh start.
+    fn retry(&mut self, id: &TaskId, by: &str) -> Result<Answer, Refusal> {
+        let task = self.task_of(id)?;
+        let view = self.view().map_err(|e| Refusal::unrecorded(format!("journal unreadable: {e}")))?;
+        let t = view.tasks.get(&task.id);
+        if self.running(&task.id) || t.map(|t| t.state) != Some(journal::TaskState::Halted) {
+            let state = if self.running(&task.id) { Some(journal::TaskState::Leased) } else { t.map(|t| t.state) };
+            return Err(self.not_halted(Verb::Retry, &task.id, by, state));
+        }
+        let session = t.and_then(|t| t.session_id.clone());
+        self.journal_control(ControlRecord {
+            task: Some(task.id.clone()),
+            detail: Some(if session.is_some() { "resuming its session" } else { "a fresh start" }.into()),
+            ..Record::control(Verb::Retry, by, Outcome::Accepted)
+        })?;
+        self.broken.remove(&task.id);
+        let how = if session.is_some() { "resuming its session" } else { "starting it afresh" };
+        let start =
+            super::Start::Turn { prompt: task.prompt.clone(), resume: session, note: Some(format!("retry by {by}")) };
+        let detail = if self.paused {
+            self.resume_at.insert(task.id.clone(), start);
+            format!("retry of {id} queued: the run is paused; {how} when it resumes")
+        } else {
+            self.resume_at.remove(&task.id);
+            self.start(&task, start);
+            format!("retrying {id}: {how}")
+        };
+        Ok(Answer::Interrupt { detail, ok: True, task: task.id })
+    }
+
+    /// Ends a halted task `skipped` (decided under the journal lock): its wave counts it done, its
+    /// unintegrated work is kept.
+    fn skip(&mut self, id: &TaskId, reason: &str, by: &str) -> Result<Answer, Refusal> {
+        let task = self.task_of(id)?;
+        if self.running(&task.id) {
+            return Err(self.not_halted(Verb::Skip, &task.id, by, Some(journal::TaskState::Leased)));
+        }
+        let mut rec = Record::task(&task.id, journal::TaskState::Skipped);
+        rec.detail = Some(format!("skipped by {by}: {reason}"));
+        let mut found = None;
+        let appended = self.ctx.journal.append_checked(&rec.into(), |v| {
+            found = Some(v.tasks.get(&task.id).map(|t| t.state));
+            match found {
+                Some(Some(journal::TaskState::Halted)) => Ok(()),
+                _ => Err(journal::JournalError::Invalid("not halted".into())),
+            }
+        });
+        match (appended, found) {
+            (Ok(_), _) => {}
+            (Err(_), Some(state)) if state != Some(journal::TaskState::Halted) => {
+                return Err(self.not_halted(Verb::Skip, &task.id, by, state));
+            }
+            (Err(e), _) => return Err(Refusal::unrecorded(format!("journal append failed, nothing was skipped: {e}"))),
+        }
+        self.journal_control(ControlRecord {
+            task: Some(task.id.clone()),
+            detail: Some(reason.to_string()),
+            ..Record::control(Verb::Skip, by, Outcome::Accepted)
+        })?;
+        self.resume_at.remove(&task.id);
+        Ok(Answer::Interrupt { detail: format!("{id} skipped: its wave counts it done"), ok: True, task: task.id })
     }
 
     /// Ends a session run: its live channel closes once no turn runs; claude exits and the task goes

@@ -151,3 +151,154 @@ fn a_live_run_of_the_plan_is_refused_and_two_reruns_started_at_once_take_differe
     got.sort();
     assert_eq!(got, vec!["busy-2", "busy-3"]);
 }
+
+const T: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn post(api: &ApiProc, path: &str, body: &serde_json::Value) -> Resp {
+    let b = body.to_string();
+    http(api.port, "POST", path, &[("Content-Type", "application/json")], Some(b.as_bytes()))
+}
+
+fn wait_status(api: &ApiProc, run: &str, status: &str) -> serde_json::Value {
+    wait_for(T, || {
+        let v = api.get(&format!("/runs/{run}")).json();
+        (v["status"] == status).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("run never {status}: {}", api.get(&format!("/runs/{run}")).text()))
+}
+
+#[test]
+fn a_halted_wave_blocks_the_run_and_a_retry_takes_it_to_the_end() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"blk","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]"},
+        {"id":"Z","wave":2,"adapter":"claude","prompt":"z [fake-write:z.txt]"}]}"#;
+    // The engine fails its first invocation with an API error, then works.
+    let mut sup = b.start_supervised(plan, "error,success", &["--linger", "10m"]);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let v = wait_status(&api, &run, "blocked");
+    let blocked_by = v["blocked_by"].as_array().unwrap();
+    assert_eq!(blocked_by.len(), 1, "{v}");
+    assert_eq!((blocked_by[0]["task"].as_str(), blocked_by[0]["state"].as_str()), (Some("A"), Some("halted")));
+    assert!(blocked_by[0]["detail"].as_str().unwrap().contains("API Error"), "{v}");
+    let fails_at = v["fails_at"].as_str().expect("fails_at");
+    let at = humantime::parse_rfc3339_weak(fails_at).unwrap();
+    let left = at.duration_since(std::time::SystemTime::now()).unwrap_or_default().as_secs();
+    assert!((500..=600).contains(&left), "fails about the 10-minute linger from now: {fails_at}");
+    let rows = api.get("/runs?status=blocked").json();
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(rows[0]["supervisor"], "live");
+    let j = b.journal();
+    assert_eq!(j.iter().filter(|r| r["kind"] == "run" && r["event"] == "blocked").count(), 1, "journaled once");
+    // Retry of a task that is not halted is a 409, journaled.
+    let r = post(&api, &format!("/runs/{run}/tasks/Z/retry"), &serde_json::json!({}));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("has not run"), "{}", r.text());
+    // The CLI's retry re-dispatches A; the run goes on through wave 2 to its end.
+    let (code, out, err) = cli(&b.home(), &["retry", &run, "A", "--api", &format!("127.0.0.1:{}", api.port)]);
+    assert_eq!(code, 0, "{out}{err}");
+    b.wait_state("Z", "committed", T);
+    sup.wait_exit(T);
+    let v = api.get(&format!("/runs/{run}")).json();
+    assert_eq!(v["status"], "finished", "{v}");
+    assert_eq!(v["blocked_by"].as_array().map(Vec::len), Some(0));
+    let retries = b.controls("retry");
+    assert_eq!(retries.iter().map(|r| r["outcome"].as_str().unwrap()).collect::<Vec<_>>(), vec!["refused", "accepted"]);
+    assert_eq!(b.records().len(), 3, "A failed, A retried, Z");
+    assert_eq!(b.commits_of("A"), 1);
+}
+
+#[test]
+fn skip_lets_the_run_finish_with_the_task_counted_and_its_work_kept() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"skp","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt] [fake-claude:error]"},
+        {"id":"Z","wave":2,"adapter":"claude","prompt":"z [fake-write:z.txt]"}]}"#;
+    let mut sup = b.start_supervised(plan, "success", &[]);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    wait_status(&api, &run, "blocked");
+    let r = post(&api, &format!("/runs/{run}/tasks/A/skip"), &serde_json::json!({}));
+    assert_eq!(r.status, 400, "a reason is required: {}", r.text());
+    assert!(r.text().contains("field reason is required"), "{}", r.text());
+    let r = post(
+        &api,
+        &format!("/runs/{run}/tasks/A/skip"),
+        &serde_json::json!({"reason":"the API is down; not needed today","by":"ops"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    b.wait_state("Z", "committed", T);
+    sup.wait_exit(T);
+    let v = api.get(&format!("/runs/{run}")).json();
+    assert_eq!((v["status"].as_str(), v["counts"]["skipped"].as_u64()), (Some("finished"), Some(1)), "{v}");
+    let a = &b.view()["tasks"]["A"];
+    assert_eq!(a["state"], "skipped");
+    assert_eq!(a["detail"], "skipped by ops: the API is down; not needed today");
+    // A skipped task is done: steer and retry are refused like a committed one's.
+    let (code, _, err) = cli(&b.home(), &["journal", "show", &run]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(b.commits_of("A"), 0, "nothing of A was committed");
+}
+
+#[test]
+fn stop_ends_a_run_stopped_and_ctrl_c_of_a_foreground_run_leaves_no_process_worktree_or_shell_noise() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"stp","max_parallel":2,"tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"},
+        {"id":"B","wave":1,"adapter":"claude","prompt":"b"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang", &[]);
+    wait_for(T, || (b.records().len() >= 2).then_some(())).expect("both turns running");
+    // SAFETY: signalling our own child (Ctrl-C sends SIGINT to the foreground process).
+    unsafe { libc::kill(sup.child.id() as i32, libc::SIGINT) };
+    assert_eq!(sup.wait_exit(T), 0);
+    let v = b.view();
+    assert_eq!(v["status"], "stopped", "{v}");
+    for t in ["A", "B"] {
+        assert_eq!(v["tasks"][t]["state"], "halted", "{v}");
+        assert!(v["tasks"][t]["detail"].as_str().unwrap().contains("stopped by signal"), "{v}");
+    }
+    assert!(processes_with_home(&b.home()).is_empty(), "processes left: {:?}", processes_with_home(&b.home()));
+    let wts = b.home().join("worktrees").join(b.run_id());
+    let left: Vec<_> =
+        std::fs::read_dir(&wts).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "worktrees left: {left:?}");
+    let log = b.supervisor_log();
+    assert!(!log.contains("No such file or directory") && !log.contains("_lib.sh"), "shell noise: {log}");
+    // The stop verb ends a run the same way.
+    let b = Bench::new();
+    let mut sup = b.start_supervised(plan, "hang", &[]);
+    wait_for(T, || (b.records().len() >= 2).then_some(())).expect("both turns running");
+    let r = control(&b.sock(), &serde_json::json!({"verb":"stop","by":"tester"}));
+    assert!(r["detail"].as_str().unwrap().contains("ends stopped"), "{r}");
+    sup.wait_exit(T);
+    assert_eq!(b.view()["status"], "stopped");
+}
+
+#[test]
+fn a_run_whose_supervisor_is_gone_says_so_and_stop_ends_it() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"gone","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang", &[]);
+    wait_for(T, || (!b.records().is_empty()).then_some(())).expect("the turn runs");
+    sup.child.kill().unwrap(); // a crash: no stop, no journal record
+    sup.child.wait().unwrap();
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let v = api.get(&format!("/runs/{run}")).json();
+    assert_eq!((v["status"].as_str(), v["supervisor"].as_str()), (Some("running"), Some("gone")), "{v}");
+    let rows = api.get("/runs").json();
+    assert_eq!(rows[0]["supervisor"], "gone");
+    let (code, out, err) = cli(&b.home(), &["runs", "--api", &format!("127.0.0.1:{}", api.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("GONE"), "{out}");
+    assert!(err.contains(&format!("harness supervise {run}")), "the command that recovers it: {err}");
+    // harness stop ends it in the journal and cleans up what the dead supervisor left.
+    let (code, out, err) = cli(&b.home(), &["stop", &run]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("stopped"), "{out}");
+    let v = b.view();
+    assert_eq!(v["status"], "stopped", "{v}");
+    assert_eq!(v["tasks"]["A"]["state"], "halted");
+    let left: Vec<u32> = processes_with_home(&b.home()).into_iter().filter(|p| *p != api.proc.child.id()).collect();
+    assert!(left.is_empty(), "the orphaned turn was killed: {left:?}");
+    let v = api.get(&format!("/runs/{run}")).json();
+    assert_eq!(v["supervisor"], "none", "{v}");
+}

@@ -106,6 +106,10 @@ pub enum Verb {
     End,
     /// Sets the run's (or a task's) budget in US dollars, `usd`.
     Budget,
+    /// Re-dispatches a halted task (its session resumed, else a fresh start).
+    Retry,
+    /// Ends a halted task `skipped` (its `detail` the reason).
+    Skip,
     /// Only on a `refused` record (added): a request that named none of the verbs above (`status`,
     /// an unknown verb) or could not be read as one (a malformed line, a connection refused before
     /// its request was read); its `detail` says what it was. Never a verb anyone can send.

@@ -46,6 +46,8 @@ pub enum SteerRefusal {
     /// A codex verdict seat: its verdict is not steered.
     VerdictSeat,
     Committed,
+    /// Dropped by the operator: nothing follows it.
+    Skipped,
     NotStarted,
     /// Nothing to resume: no turn runs and none left a session.
     NoSession,
@@ -58,6 +60,7 @@ impl SteerRefusal {
         match t {
             _ if verdict_seat => Some(SteerRefusal::VerdictSeat),
             Some(t) if t.state == TaskState::Committed => Some(SteerRefusal::Committed),
+            Some(t) if t.state == TaskState::Skipped => Some(SteerRefusal::Skipped),
             None => Some(SteerRefusal::NotStarted),
             Some(t) if needs_session && t.session_id.is_none() => Some(SteerRefusal::NoSession),
             Some(_) => None,
@@ -70,6 +73,7 @@ impl SteerRefusal {
                 format!("task {task} is the codex verdict seat: steering a review verdict is refused")
             }
             SteerRefusal::Committed => "task already committed".into(),
+            SteerRefusal::Skipped => format!("task {task} was skipped: nothing follows a skip"),
             SteerRefusal::NotStarted => format!("task {task} has not started yet: a steer continues a dispatched turn"),
             SteerRefusal::NoSession => format!("no session to resume for task {task}"),
         }
