@@ -35,7 +35,9 @@ pub fn check(plan: &Plan, worktree: &Path) -> Vec<String> {
             )),
         }
     }
-    if let Some(setup) = &plan.setup {
+    // Setup runs in each fresh task worktree; a shared run has none.
+    let setup = plan.setup.as_ref().filter(|_| plan.isolation() == crate::state::plan::Isolation::Worktree);
+    if let Some(setup) = setup {
         for prog in programs_of(setup) {
             if !shell_knows(&prog, worktree) {
                 problems.push(format!(
@@ -72,44 +74,53 @@ fn resolve(adapter: Adapter) -> Result<PathBuf, String> {
 }
 
 fn engine_answers(adapter: Adapter) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
     let bin = resolve(adapter)?;
+    // Its own process group (whatever it starts dies with it) and stderr to a file, so a child left
+    // holding the stream cannot keep this waiting.
+    let err = tempfile_for_stderr().map_err(|e| format!("cannot check {}: {e}", bin.display()))?;
     let mut child = Command::new(&bin)
         .arg("--version")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(err.try_clone().map_err(|e| e.to_string())?)
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("{} --version did not start: {e}", bin.display()))?;
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
     let end = Instant::now() + VERSION_ANSWER;
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(s)) if s.success() => return Ok(()),
-            Ok(Some(s)) => {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-                let last: String = last.chars().take(200).collect();
-                return Err(format!(
-                    "{} --version failed ({s}){}",
-                    bin.display(),
-                    if last.is_empty() { String::new() } else { format!(": {last}") }
-                ));
-            }
+            Ok(Some(s)) => break Ok(s),
             Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
             Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{} --version gave no answer within {} s",
-                    bin.display(),
-                    VERSION_ANSWER.as_secs()
-                ));
+                break Err(format!("{} --version gave no answer within {} s", bin.display(), VERSION_ANSWER.as_secs()));
             }
-            Err(e) => return Err(format!("{} --version: {e}", bin.display())),
+            Err(e) => break Err(format!("{} --version: {e}", bin.display())),
         }
+    };
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let s = status?;
+    if s.success() {
+        return Ok(());
     }
+    let mut text = String::new();
+    // The child shared this file's offset: read from the start.
+    let _ = std::io::Seek::seek(&mut &err, std::io::SeekFrom::Start(0));
+    let _ = std::io::Read::read_to_string(&mut std::io::Read::take(&err, 64 * 1024), &mut text);
+    let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let last: String = last.chars().filter(|c| !c.is_control()).take(200).collect();
+    let said = if last.is_empty() { String::new() } else { format!(": {last}") };
+    Err(format!("{} --version failed ({s}){said}", bin.display()))
+}
+
+/// An unnamed file for a child's stderr (removed as soon as it is open).
+fn tempfile_for_stderr() -> std::io::Result<std::fs::File> {
+    let path = std::env::temp_dir().join(format!("harness-preflight-{}", uuid::Uuid::new_v4()));
+    let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(f)
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -122,50 +133,127 @@ fn on_path(cmd: &str) -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| is_executable(p))
 }
 
-/// The programs a shell command line starts: the first word of each command of its lists and
-/// pipelines, past variable assignments; words the shell expands or quotes are left alone.
+/// The programs a shell command line starts that PATH must provide: the first word of each simple
+/// command (past variable assignments, redirections, keywords and `command`/`env`/`exec`…),
+/// quotes and comments honoured. Left alone: words the shell expands or quotes, relative paths (an
+/// earlier command may make them, or a `cd` move them), the script's own functions, and all after
+/// a here-document.
 fn programs_of(command: &str) -> Vec<String> {
+    let segments = segments(command);
+    let functions: Vec<String> = segments
+        .iter()
+        .flat_map(|s| {
+            s.windows(2).filter_map(|w| match (w[0].as_str(), w[1].as_str()) {
+                ("function", name) => Some(name.trim_end_matches("()").to_string()),
+                (name, "()") => Some(name.to_string()),
+                _ => None,
+            })
+        })
+        .chain(segments.iter().flatten().filter_map(|w| w.strip_suffix("()").map(str::to_string)))
+        .collect();
     let mut out: Vec<String> = Vec::new();
-    // Redirections (`>&2`, `&>log`, `2>&1`) are not separators.
-    let unredirected = command.replace(">&", ">").replace("<&", "<").replace("&>", ">");
-    let separated = unredirected.replace("&&", ";").replace("||", ";").replace(['|', '&', '\n', '(', ')'], ";");
-    for part in separated.split(';') {
-        let keyword = |w: &str| {
-            matches!(
-                w,
-                "if" | "then"
-                    | "else"
-                    | "elif"
-                    | "fi"
-                    | "for"
-                    | "do"
-                    | "done"
-                    | "while"
-                    | "until"
-                    | "case"
-                    | "esac"
-                    | "{"
-                    | "}"
-                    | "!"
-                    | "exec"
-                    | "command"
-            )
-        };
-        let assignment = |w: &str| w.contains('=') && !w.starts_with('=');
-        let redirection = |w: &str| w.contains(['<', '>']);
-        // `for x in …` and `case x in …` name no program.
-        if matches!(part.split_whitespace().next(), Some("for" | "case" | "select")) {
-            continue;
-        }
-        let Some(w) = part.split_whitespace().find(|w| !keyword(w) && !assignment(w) && !redirection(w)) else {
-            continue;
-        };
-        let expanded = w.contains(['$', '`', '"', '\'', '*', '?', '~']);
-        if !expanded && !out.iter().any(|o| o == w) {
-            out.push(w.to_string());
+    for words in &segments {
+        let Some(w) = first_program(words) else { continue };
+        let quoted_or_expanded = w.contains(['$', '`', '"', '\'', '*', '?', '~', '[', '\\']);
+        let relative = w.contains('/') && !w.starts_with('/');
+        if !quoted_or_expanded
+            && !relative
+            && !w.contains("()")
+            && !functions.contains(w)
+            && !out.iter().any(|o| o == w)
+        {
+            out.push(w.clone());
         }
     }
     out
+}
+
+/// The command's simple commands, each as its words (quotes kept, comments dropped); nothing after a
+/// here-document.
+fn segments(command: &str) -> Vec<Vec<String>> {
+    let (mut segs, mut words, mut word) = (Vec::new(), Vec::new(), String::new());
+    let mut chars = command.chars().peekable();
+    let mut quote: Option<char> = None;
+    let end_word = |word: &mut String, words: &mut Vec<String>| {
+        if !word.is_empty() {
+            words.push(std::mem::take(word));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                quote = None;
+                word.push(c);
+            }
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.push(c);
+            }
+            (None, '\\') => {
+                word.push(c);
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                }
+            }
+            (None, '#') if word.is_empty() => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        break;
+                    }
+                }
+                end_word(&mut word, &mut words);
+                segs.push(std::mem::take(&mut words));
+            }
+            (None, '<') if chars.peek() == Some(&'<') => break,
+            (None, ';' | '&' | '|' | '\n' | '(' | ')' | '{' | '}') => {
+                // `>&2`, `2>&1`, `&>log`: a redirection, not a separator.
+                if c == '&' && (word.ends_with(['>', '<']) || chars.peek() == Some(&'>')) {
+                    word.push(c);
+                    continue;
+                }
+                if c == '(' && chars.peek() == Some(&')') {
+                    chars.next();
+                    end_word(&mut word, &mut words);
+                    words.push("()".into());
+                    continue;
+                }
+                end_word(&mut word, &mut words);
+                segs.push(std::mem::take(&mut words));
+            }
+            (None, c) if c.is_whitespace() => end_word(&mut word, &mut words),
+            (None, c) => word.push(c),
+        }
+    }
+    end_word(&mut word, &mut words);
+    segs.push(words);
+    segs.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+/// The program a simple command runs, if it names one.
+fn first_program(words: &[String]) -> Option<&String> {
+    if matches!(words.first().map(String::as_str), Some("for" | "case" | "select" | "function")) {
+        return None;
+    }
+    let keyword = |w: &str| {
+        matches!(
+            w,
+            "if" | "then" | "else" | "elif" | "fi" | "do" | "done" | "while" | "until" | "esac" | "!" | "time" | "()"
+        )
+    };
+    let assignment = |w: &str| w.contains('=') && !w.starts_with('=') && !w.starts_with('-');
+    let redirection = |w: &str| w.contains(['<', '>']);
+    let wrapper = |w: &str| matches!(w, "command" | "builtin" | "exec" | "env" | "nohup" | "nice" | "sudo");
+    let mut rest = words.iter().filter(|w| !redirection(w)).skip_while(|w| keyword(w) || assignment(w));
+    let mut w = rest.next()?;
+    while wrapper(w) {
+        // `command -v x`, `env -i FOO=1 make`: the wrapper's flags and assignments, then the program.
+        if w == "command" && rest.clone().next().is_some_and(|n| n == "-v" || n == "-V") {
+            return None;
+        }
+        w = rest.find(|n| !n.starts_with('-') && !assignment(n))?;
+    }
+    Some(w)
 }
 
 /// Whether `sh` in `dir` finds `prog` (a builtin, a function of sh, or a file on PATH or by path).
@@ -187,11 +275,25 @@ mod tests {
     #[test]
     fn the_programs_of_a_setup_line_are_its_commands_first_words() {
         assert_eq!(programs_of("cp .env.example .env && npm ci"), vec!["cp", "npm"]);
-        assert_eq!(programs_of("FOO=1 make -j4 | tee log; ./scripts/x.sh"), vec!["make", "tee", "./scripts/x.sh"]);
+        assert_eq!(
+            programs_of("FOO=1 make -j4 | tee log; ./scripts/x.sh; /usr/bin/env"),
+            vec!["make", "tee", "/usr/bin/env"]
+        );
         assert_eq!(programs_of("if true; then \"$X\"; fi"), vec!["true"]);
         assert_eq!(programs_of("for f in a b; do echo $f; done"), vec!["echo"]);
         assert_eq!(programs_of("echo npm is missing >&2; exit 7"), vec!["echo", "exit"]);
         assert_eq!(programs_of("make 2>&1 >log & wait"), vec!["make", "wait"]);
         assert_eq!(programs_of(">out cat in"), vec!["cat"]);
+        // What real setups say, and must not be refused for.
+        assert_eq!(programs_of("if ! command -v jq >/dev/null; then echo no jq; fi"), vec!["echo"]);
+        assert_eq!(programs_of("git commit -m \"fix; update docs\" || true"), vec!["git", "true"]);
+        assert_eq!(programs_of("f() { echo hi; }; f"), vec!["echo"]);
+        assert_eq!(programs_of("make # build && deploy"), vec!["make"]);
+        assert_eq!(programs_of("python3 -m venv .venv && .venv/bin/pip install -r req.txt"), vec!["python3"]);
+        assert_eq!(programs_of("cd sub && ./build.sh"), vec!["cd"]);
+        assert_eq!(programs_of("cat <<EOF > x\nline\nEOF"), vec!["cat"]);
+        assert_eq!(programs_of("time make; env FOO=1 npm ci; nohup -n x"), vec!["make", "npm", "x"]);
+        assert_eq!(programs_of("[ -f .env ] || cp .env.example .env"), vec!["cp"]);
+        assert_eq!(programs_of("source .venv/bin/activate && pip install -r r.txt"), vec!["source", "pip"]);
     }
 }

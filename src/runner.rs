@@ -131,6 +131,9 @@ struct Place<'a> {
 /// tombstone (ids are never reused).
 enum Taken {
     Free,
+    /// A standalone pointer without a journal (its runstate files were removed): the plan's own
+    /// slug may take it up again (what it left is checked before the run starts); a number skips it.
+    Registered,
     Ended(RunId, &'static str),
     Live(RunId, &'static str),
     Pruned(RunId),
@@ -151,7 +154,13 @@ impl Place<'_> {
         if crate::state::summary::tombstone_path(self.home, &run_id).exists() {
             return Taken::Pruned(run_id);
         }
-        Taken::Free
+        // Registered without a journal (a DynWF run, or one whose runstate files were removed):
+        // its id stays its own.
+        match registry::read(self.home, &run_id) {
+            Ok(p) if p.plane == Plane::Dynwf => Taken::Live(run_id, "a registered DynWF run"),
+            Ok(_) => Taken::Registered,
+            Err(_) => Taken::Free,
+        }
     }
 
     /// Whether a run's socket path fits the OS limit with this slug (supervised runs have one).
@@ -173,8 +182,8 @@ fn slug_lock(runstate: &Path) -> Result<crate::os::flock::Flock, RunError> {
 /// A live (or paused, or supervisor-less) run of the plan is refused, naming it and what ends it.
 fn refuse_live(run: &RunId, status: &str) -> RunError {
     RunError::Invalid(format!(
-        "run {run} of this plan is {status} in this worktree: wait for it, or end it first (`harness stop {run}`; \
-         `harness supervise {run}` recovers one whose supervisor is gone)"
+        "run {run} of this plan is {status} in this worktree: wait for it, end it (`harness stop {run}`; \
+         `harness supervise {run}` recovers one whose supervisor is gone), or run beside it with `--slug NEW`"
     ))
 }
 
@@ -182,8 +191,8 @@ fn refuse_live(run: &RunId, status: &str) -> RunError {
 fn chosen_slug(at: &Place, s: &str) -> Result<Slug, RunError> {
     let slug = Slug::parse(s).map_err(|e| RunError::Invalid(format!("--slug: {e}")))?;
     match at.taken(&slug) {
-        Taken::Free if at.fits(&slug) => Ok(slug),
-        Taken::Free => {
+        Taken::Free | Taken::Registered if at.fits(&slug) => Ok(slug),
+        Taken::Free | Taken::Registered => {
             Err(RunError::Invalid(format!("--slug {slug}: the run's socket path would be over the OS limit")))
         }
         Taken::Live(run, status) => Err(refuse_live(&run, status)),
@@ -201,7 +210,7 @@ fn chosen_slug(at: &Place, s: &str) -> Result<Slug, RunError> {
 /// plan's slug is refused; re-runs started together each take their own number.
 fn next_slug(at: &Place, base: &Slug) -> Result<Slug, RunError> {
     match at.taken(base) {
-        Taken::Free => return fitting(at, base.clone()),
+        Taken::Free | Taken::Registered => return fitting(at, base.clone()),
         Taken::Live(run, status) => return Err(refuse_live(&run, status)),
         Taken::Ended(..) | Taken::Pruned(_) => {}
     }

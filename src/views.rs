@@ -624,9 +624,10 @@ pub struct WatchEvent {
 /// `ok: true` and, mostly, a `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Answer {
-    pub ok: bool,
+    // The wire's order: `{"detail":…,"ok":false}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    pub ok: bool,
 }
 
 /// `POST …/steer`.

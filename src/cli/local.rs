@@ -18,7 +18,7 @@ pub(super) fn home() -> Result<Home, CliError> {
 
 /// The registry pointer of `run` (parsed first: a bad id is a usage error).
 pub(super) fn pointer(home: &Home, run: &str) -> Result<Pointer, CliError> {
-    let run = RunId::parse(run).map_err(usage)?;
+    let run = super::runref::resolve(run)?;
     registry::read(home, &run).map_err(during(format!("reading run {run}'s pointer")))
 }
 

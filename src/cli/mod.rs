@@ -9,6 +9,7 @@
 mod error;
 mod local;
 mod remote;
+mod runref;
 mod start;
 mod top;
 

@@ -6,7 +6,7 @@ use super::error::{CliError, during, usage};
 use super::local::{home, pointer};
 use crate::client::Client;
 use crate::control::{self, Act, Reply, Request};
-use crate::ids::{RunId, TaskId};
+use crate::ids::TaskId;
 use crate::term::{out, out_raw, print_json};
 use crate::views::{self, Answer, Approvals, RunDetail, RunRow, RunStatus, TaskState, Usage};
 use serde::Deserialize;
@@ -117,7 +117,7 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
 }
 
 pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
-    let id = RunId::parse(run).map_err(usage)?;
+    let id = super::runref::resolve(run)?;
     let (status, body) = client_rt()?.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
     let v = api_answer(status, &body)?;
     if json {
@@ -183,7 +183,7 @@ struct EventType {
 /// Follows a task's live stream; when the run is not live, prints what its log holds (the durable
 /// pages, paged by the API's own `Harness-Next-After`/`Harness-More`).
 pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Result<(), CliError> {
-    let id = RunId::parse(run).map_err(usage)?;
+    let id = super::runref::resolve(run)?;
     let task = TaskId::parse(task).map_err(usage)?;
     if let Some(a) = &flags.after {
         crate::events::Seq::parse(a).map_err(usage)?;
@@ -246,20 +246,20 @@ pub(super) fn task_verb(
     verb: &str,
     body: &impl serde::Serialize,
 ) -> Result<(), CliError> {
-    let run = RunId::parse(run).map_err(usage)?;
+    let run = super::runref::resolve(run)?;
     let task = TaskId::parse(task).map_err(usage)?;
     post(c, &format!("/runs/{run}/tasks/{task}/{verb}"), body)
 }
 
 /// `pause` and `resume`: a POST to the run's verb route.
 pub(super) fn run_verb(c: &Client, run: &str, verb: &str) -> Result<(), CliError> {
-    let run = RunId::parse(run).map_err(usage)?;
+    let run = super::runref::resolve(run)?;
     post(c, &format!("/runs/{run}/{verb}"), &super::cli_by())
 }
 
 /// `harness budget`: POST /runs/:runId/budget.
 pub(super) fn budget(c: &Client, run: &str, usd: f64, task: Option<String>) -> Result<(), CliError> {
-    let run = RunId::parse(run).map_err(usage)?;
+    let run = super::runref::resolve(run)?;
     if !(usd.is_finite() && usd > 0.0) {
         return Err(usage(format!("the budget must be a positive number of US dollars, got {usd}")));
     }
@@ -297,7 +297,7 @@ pub(super) fn control_verb(run: &str, act: Act) -> Result<(), CliError> {
 
 /// `approvals`: the run's asked tool calls, one line each (pending ones unless `all`).
 pub(super) fn approvals(c: &Client, run: &str, all: bool, json: bool) -> Result<(), CliError> {
-    let run = RunId::parse(run).map_err(usage)?;
+    let run = super::runref::resolve(run)?;
     let path = if all { format!("/runs/{run}/approvals") } else { format!("/runs/{run}/approvals?state=pending") };
     let (status, bytes) = client_rt()?.block_on(c.call("GET", &path, None))?;
     let v = api_answer(status, &bytes)?;
@@ -333,7 +333,7 @@ pub(super) fn decide(
     allow: bool,
     message: Option<String>,
 ) -> Result<(), CliError> {
-    let run = RunId::parse(run).map_err(usage)?;
+    let run = super::runref::resolve(run)?;
     let task = TaskId::parse(task).map_err(usage)?;
     let decision = if allow { views::Decision::Allow } else { views::Decision::Deny };
     let body = views::DecideBody { decision, message, by: "cli".into() };

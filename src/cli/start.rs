@@ -192,7 +192,7 @@ pub(super) fn run_plan(
 }
 
 pub(super) fn supervise(run: &str, tuning: &Tuning) -> Result<(), CliError> {
-    let id = RunId::parse(run).map_err(usage)?;
+    let id = super::runref::resolve(run)?;
     let mut opts = tuning.options();
     // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before
     // the runtime's threads exist (listenfd edits the environment).

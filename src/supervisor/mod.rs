@@ -641,8 +641,16 @@ impl Scheduler {
                 (task.clone(), self.pipeline_failed(&task, e))
             }
         };
-        self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task);
+        let killed_by =
+            self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&task).and_then(|p| p.killed_by);
         self.ctx.live_remove(&task);
+        // A kill that met the pipeline at a boundary (it ended steered, between two steps): the kill
+        // still means stop, so the task is halted by it.
+        let end = match (end, killed_by) {
+            // (The kill a steer's `interrupt` makes wants that steer applied.)
+            (End::Steered, Some(by)) if !by.starts_with("steer ") => self.halt_killed(&task, &by),
+            (end, _) => end,
+        };
         if let End::JournalFailed(e) = &end {
             self.broken.insert(task.clone(), e.clone());
         }
@@ -656,6 +664,22 @@ impl Scheduler {
             _ => {}
         }
         self.check_budget();
+    }
+
+    /// Journals `task` halted by a kill of `by` (unless the journal already has it halted).
+    fn halt_killed(&mut self, task: &TaskId, by: &str) -> End {
+        let view = self.view().unwrap_or_default();
+        let Some(t) = view.tasks.get(task).filter(|t| !t.state.is_terminal() && t.state != TaskState::Halted) else {
+            return End::Halted;
+        };
+        let mut r = Record::task(task, TaskState::Halted);
+        r.rc = Some(crate::exit::KILLED);
+        r.detail = Some(format!("killed by {by}"));
+        r.session_id = t.session_id.clone();
+        match self.ctx.journal.append(&r.into()) {
+            Ok(_) => End::Halted,
+            Err(e) => End::JournalFailed(e.to_string()),
+        }
     }
 
     /// A pipeline that panicked (or was cancelled) outside the journal: its task is journaled

@@ -619,41 +619,90 @@ const ENGINE_WORDS_MAX: usize = 300;
 /// lines, else the last lines of its stderr; bounded, and with the values of secret-looking
 /// environment variables (tokens, keys, passwords) masked.
 fn with_engine_words(detail: String, adapter: crate::engine::Adapter, turn: &[u8], log: &Path) -> String {
-    let said = crate::engine::failure::last_error(adapter, turn).or_else(|| stderr_tail(log));
-    let detail = match said {
+    let said = crate::engine::failure::last_error(adapter, turn).or_else(|| stderr_tail(log, &detail));
+    // Masked whole (before any cut, so no part of a secret survives it), then printable only.
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let detail = printable(&mask_secrets(&detail, env.iter().cloned()));
+    match said.map(|s| printable(&mask_secrets(&s, env.into_iter()))) {
         None => detail,
-        Some(said) if detail.contains(&said) => detail,
+        Some(said) if said.is_empty() || detail.contains(&said) => detail,
         Some(mut said) => {
             if said.chars().count() > ENGINE_WORDS_MAX {
                 said = said.chars().take(ENGINE_WORDS_MAX).collect::<String>() + "…";
             }
             format!("{detail}: {said}")
         }
-    };
-    // The wrapper's own detail quotes stderr too.
-    mask_secrets(&detail, std::env::vars())
+    }
 }
 
-/// The last non-empty lines of the turn's `<log>.stderr` (its last 4 KiB), joined.
-fn stderr_tail(log: &Path) -> Option<String> {
+/// The last non-empty lines of the turn's `<log>.stderr` (its last 4 KiB) that `detail` does not
+/// quote already, joined.
+fn stderr_tail(log: &Path, detail: &str) -> Option<String> {
     let path = PathBuf::from(format!("{}.stderr", log.display()));
     let len = std::fs::metadata(&path).ok()?.len();
     let bytes = crate::os::tail::read_from(&path, len.saturating_sub(4096), None);
     let text = String::from_utf8_lossy(&bytes);
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !detail.contains(l)).collect();
     let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
     (!tail.is_empty()).then_some(tail)
 }
 
 /// `text` with every value (8 characters or more) of an environment variable whose name says it is
-/// a secret replaced by `[redacted]`.
+/// a secret (`…TOKEN…`, `…SECRET…`, `…PASSWORD…`, `…CREDENTIAL…`, `…_KEY`, `…API_KEY…`) replaced by
+/// `[redacted]`, each line of a multi-line value too.
 fn mask_secrets(text: &str, env: impl Iterator<Item = (String, String)>) -> String {
-    const SECRET: [&str; 6] = ["TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL", "AUTH"];
+    let secret = |name: &str| {
+        ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "PRIVATE_KEY"]
+            .iter()
+            .any(|s| name.contains(s))
+            || name.ends_with("_KEY")
+    };
     let mut out = text.to_string();
     for (k, v) in env {
-        let name = k.to_ascii_uppercase();
-        if v.len() >= 8 && SECRET.iter().any(|s| name.contains(s)) && out.contains(&v) {
-            out = out.replace(&v, "[redacted]");
+        if !secret(&k.to_ascii_uppercase()) {
+            continue;
+        }
+        for part in std::iter::once(v.as_str()).chain(v.lines()).map(str::trim) {
+            if part.len() >= 8 && out.contains(part) {
+                out = out.replace(part, "[redacted]");
+            }
+        }
+    }
+    out
+}
+
+/// `text` without control characters and terminal escape sequences (a detail is printed to
+/// terminals): CSI and OSC sequences dropped, other controls made spaces.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.peek() {
+                // CSI: ESC [ … final byte @–~.
+                Some('[') => {
+                    chars.next();
+                    for n in chars.by_ref() {
+                        if ('@'..='~').contains(&n) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: ESC ] … BEL or ESC \.
+                Some(']') => {
+                    chars.next();
+                    while let Some(n) = chars.next() {
+                        if n == '\u{7}' || (n == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {
+                    chars.next();
+                }
+            },
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
         }
     }
     out
@@ -1192,4 +1241,24 @@ fn ensure_exit_marker(log: &Path, offset: u64, rc: i32, session: Option<&str>) {
 fn first_line(s: &str) -> String {
     let l = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     l.chars().take(72).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_masked_whole_and_escapes_are_dropped() {
+        let env = || {
+            vec![
+                ("ANTHROPIC_API_KEY".to_string(), "sk-ant-0123456789".to_string()),
+                ("GIT_AUTHOR_NAME".to_string(), "Jane Developer".to_string()),
+                ("DEPLOY_TOKEN".to_string(), "line-one-secret\nline-two-secret".to_string()),
+            ]
+            .into_iter()
+        };
+        let masked = mask_secrets("key sk-ant-0123456789 by Jane Developer; line-two-secret", env());
+        assert_eq!(masked, "key [redacted] by Jane Developer; [redacted]");
+        assert_eq!(printable("a\u{1b}]0;pwned\u{7}b\u{1b}[2Jc\td"), "abc d");
+    }
 }

@@ -257,6 +257,19 @@ impl Scheduler {
     fn steer(&mut self, id: &TaskId, msg: &str, interrupt: bool, by: &str) -> Result<Answer, Refusal> {
         let task = self.task_of(id)?;
         journal::check_steer_msg(msg).map_err(Refusal::malformed)?;
+        // A kill under way means stop: a steer now would be applied right after the halt.
+        let killing =
+            self.ctx.running.lock().unwrap_or_else(|p| p.into_inner()).get(&task.id).and_then(|p| p.killed_by.clone());
+        if let Some(killer) = killing.filter(|k| !k.starts_with("steer ")) {
+            let detail = format!("task {id} is being killed ({killer}): steer it once it has halted");
+            self.journal_control(ControlRecord {
+                task: Some(task.id.clone()),
+                msg: Some(msg.to_string()),
+                detail: Some(format!("{detail} (409)")),
+                ..Record::control(Verb::Steer, by, Outcome::Refused)
+            })?;
+            return Err(Refusal::by_state(detail).recorded());
+        }
         let running = self.running(&task.id);
         let steer_id = uuid::Uuid::new_v4().to_string();
         let refused = |detail: String| ControlRecord {

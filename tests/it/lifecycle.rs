@@ -302,3 +302,83 @@ fn a_run_whose_supervisor_is_gone_says_so_and_stop_ends_it() {
     let v = api.get(&format!("/runs/{run}")).json();
     assert_eq!(v["supervisor"], "none", "{v}");
 }
+
+#[test]
+fn a_run_is_named_by_its_slug_a_prefix_or_its_plan_and_an_ambiguous_name_lists_the_candidates() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"refs","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let p = b.plan(plan);
+    let run = |args: &[&str], dir: &std::path::Path| {
+        let out = b.harness("success").current_dir(dir).arg("run").args(args).arg(&p).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[], &b.repo());
+    let first = b.run_id();
+    run(&["--slug", "hot"], &b.repo());
+    let other = b.dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    git_repo(&other);
+    run(&[], &other);
+    let show = |reference: &str, dir: &std::path::Path| {
+        let out = harness(&b.home()).current_dir(dir).args(["journal", "show", reference]).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // A slug two repos share: the current repository's run; from elsewhere, ambiguous.
+    let (code, out, err) = show("refs", &b.repo());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"status\""), "{out}");
+    let (code, _, err) = show("refs", b.dir.path());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("names more than one run") && err.contains(&first), "{err}");
+    // A unique prefix of the runId.
+    let (code, _, err) = show(&first[..first.len() - 2], b.dir.path());
+    assert_eq!(code, Some(0), "{err}");
+    // The plan's slug, when no run has it as its own, names the newest run of the plan.
+    let nightly =
+        b.plan(r#"{"v":"plan/v1","slug":"nightly","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#);
+    for s in ["n1", "n2"] {
+        let out = b.harness("success").args(["run", "--slug", s]).arg(&nightly).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (code, out, err) = show("nightly", &b.repo());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("runstate/n2.logs/"), "nightly names n2, the newest: {out}");
+    let (code, _, err) = show("nothing-like-it", b.dir.path());
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no run matches"), "{err}");
+}
+
+#[test]
+fn a_steer_sent_while_a_kill_waits_out_its_grace_is_refused_and_the_task_stays_halted() {
+    let b = Bench::new();
+    let stubborn = b.dir.path().join("stubborn-claude");
+    std::fs::write(
+        &stubborn,
+        "#!/bin/bash\n[ \"$1\" = --version ] && { echo 1.0; exit 0; }\ntrap '' TERM\necho '{\"type\":\"system\",\"subtype\":\"init\"}'\nsleep 30\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stubborn, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let plan = r#"{"v":"plan/v1","slug":"kw","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup =
+        b.start_supervised_with(plan, "success", &[], &[("HARNESS_CLAUDE_BIN", stubborn.display().to_string())]);
+    wait_for(T, || (b.state("A").as_deref() == Some("leased")).then_some(())).expect("leased");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let sock = b.sock();
+    let killer =
+        std::thread::spawn(move || control(&sock, &serde_json::json!({"verb":"kill","task":"A","by":"killer"})));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = control(&b.sock(), &serde_json::json!({"verb":"steer","task":"A","msg":"one more thing"}));
+    assert_eq!((r["ok"].as_bool(), r["status"].as_u64()), (Some(false), Some(409)), "{r}");
+    assert!(r["detail"].as_str().unwrap().contains("is being killed"), "{r}");
+    let k = killer.join().unwrap();
+    assert_eq!(k["state"], "halted", "{k}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(b.state("A").as_deref(), Some("halted"), "the task was not dispatched again");
+    control(&b.sock(), &serde_json::json!({"verb":"stop"}));
+    sup.wait_exit(T);
+}
