@@ -13,9 +13,17 @@ use crate::timeouts;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// A DynWF verb's answer (keys in the wire's alphabetical order).
+#[derive(serde::Serialize)]
+struct Queued<'a> {
+    detail: &'a str,
+    ok: bool,
+    queued: &'a crate::state::inbox::Entry,
+}
 
 /// Largest request body.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -194,10 +202,10 @@ pub async fn verb(
         })
         .await?;
         return match result {
-            Ok(entry) => Ok(json_response(
-                StatusCode::OK,
-                &json!({"ok": true, "queued": entry, "detail": "queued in the DynWF inbox: taken at the next task boundary"}),
-            )),
+            Ok(entry) => {
+                let detail = "queued in the DynWF inbox: taken at the next task boundary";
+                Ok(json_response(StatusCode::OK, &Queued { detail, ok: true, queued: &entry }))
+            }
             Err(e) => Err(inbox_error(e)),
         };
     }

@@ -349,19 +349,29 @@ pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
         "RUN", "STATUS", "WAVE", "DONE", "COST", "PAUSED", "ATTENTION"
     )];
     let mut shown = 0;
-    for RunRow { run: r, .. } in &runs {
-        if active && matches!(r.status, RunStatus::Finished | RunStatus::Failed) {
+    for RunRow { run: r, supervisor, .. } in &runs {
+        if active && matches!(r.status, RunStatus::Finished | RunStatus::Failed | RunStatus::Stopped) {
             continue;
         }
         shown += 1;
         let id = &r.run_id;
-        let detail: Option<RunDetail> = if matches!(r.status, RunStatus::Running | RunStatus::Paused) {
-            let (s, b) = rt.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
-            Some(typed(api_answer(s, &b)?, &format!("GET /runs/{id}"))?)
+        let detail: Option<RunDetail> =
+            if matches!(r.status, RunStatus::Running | RunStatus::Paused | RunStatus::Blocked) {
+                let (s, b) = rt.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
+                Some(typed(api_answer(s, &b)?, &format!("GET /runs/{id}"))?)
+            } else {
+                None
+            };
+        let marks = detail.as_ref().map_or(0, |d| d.attention.len());
+        let attention = if *supervisor == views::Supervisor::Gone {
+            format!("supervisor gone: harness supervise {id}")
+        } else if let Some(b) = r.blocked_by.first() {
+            format!("blocked by {}", b.task.as_str())
+        } else if marks > 0 {
+            format!("{marks} stall mark(s)")
         } else {
-            None
+            String::new()
         };
-        let attention = detail.as_ref().map_or(0, |d| d.attention.len());
         lines.push(format!(
             "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
             id.as_str(),
@@ -370,7 +380,7 @@ pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
             done_of(r),
             money(Some(&r.usage)),
             r.pause_reason.map_or("", |p| p.as_str()),
-            if attention > 0 { format!("{attention} stall mark(s)") } else { String::new() }
+            attention
         ));
         let Some(d) = detail else { continue };
         for w in d.plan.waves {

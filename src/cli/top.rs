@@ -310,8 +310,18 @@ impl Top {
             Layout::vertical([Constraint::Percentage(40), Constraint::Fill(1), Constraint::Length(2)]).areas(f.area());
         let header = Row::new(["RUN", "STATUS", "WAVE", "DONE", "COST", "PAUSED", "ATTENTION"])
             .style(Style::default().add_modifier(Modifier::BOLD));
-        let rows = self.runs.iter().map(|RunRow { run: r, .. }| {
+        let rows = self.runs.iter().map(|RunRow { run: r, supervisor, .. }| {
             let marks = r.attention_marks;
+            // What asks for a person first: a gone supervisor, what blocks the run, then stalls.
+            let attention = if *supervisor == crate::views::Supervisor::Gone {
+                "supervisor gone".to_string()
+            } else if let Some(b) = r.blocked_by.first() {
+                format!("blocked by {}", b.task.as_str())
+            } else if marks > 0 {
+                format!("{marks} stall(s)")
+            } else {
+                String::new()
+            };
             Row::new([
                 r.run_id.to_string(),
                 r.status.to_string(),
@@ -319,7 +329,7 @@ impl Top {
                 done_of(r),
                 money(Some(&r.usage)),
                 r.pause_reason.map_or(String::new(), |p| p.to_string()),
-                if marks > 0 { format!("{marks} stall(s)") } else { String::new() },
+                attention,
             ])
         });
         let widths = [
@@ -329,7 +339,7 @@ impl Top {
             Constraint::Length(8),
             Constraint::Length(9),
             Constraint::Length(11),
-            Constraint::Length(11),
+            Constraint::Length(16),
         ];
         let hl = |on: bool| if on { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
         let runs = Table::new(rows, widths)

@@ -138,6 +138,12 @@ fn every_route_answers_as_openapi_yaml_says() {
         ("/runs/{runId}/tasks/{tid}/steer", format!("/runs/{run}/tasks/Q/steer"), r#"{"msg":"go"}"#),
         ("/runs/{runId}/tasks/{tid}/kill", format!("/runs/{run}/tasks/R/kill"), "{}"),
         ("/runs/{runId}/tasks/{tid}/kill", format!("/runs/{run}/tasks/R/kill"), "{}"),
+        // R is halted now: retried (it runs again), killed, then skipped; A runs, so it is not retried.
+        ("/runs/{runId}/tasks/{tid}/retry", format!("/runs/{run}/tasks/R/retry"), r#"{"by":"spec"}"#),
+        ("/runs/{runId}/tasks/{tid}/kill", format!("/runs/{run}/tasks/R/kill"), "{}"),
+        ("/runs/{runId}/tasks/{tid}/skip", format!("/runs/{run}/tasks/R/skip"), "{}"),
+        ("/runs/{runId}/tasks/{tid}/skip", format!("/runs/{run}/tasks/R/skip"), r#"{"reason":"spec","by":"spec"}"#),
+        ("/runs/{runId}/tasks/{tid}/retry", format!("/runs/{run}/tasks/A/retry"), "{}"),
         // A live task's turn (the fake engine hangs on it) is interrupted; a batch task refuses.
         ("/runs/{runId}/tasks/{tid}/interrupt", format!("/runs/{run}/tasks/L/interrupt"), r#"{"by":"spec"}"#),
         ("/runs/{runId}/tasks/{tid}/interrupt", format!("/runs/{run}/tasks/A/interrupt"), "{}"),
