@@ -177,8 +177,9 @@ on_signal() {
 }
 
 # Builds ENV_ARGS: the scoped environment the engine runs with (`env -i`). Passed through: the basics,
-# the names given as arguments (per adapter), every HARNESS_* variable, and the names listed in
-# HARNESS_ENV_PASS.
+# the names given as arguments (per adapter), the HARNESS_* variables an engine may use (the run and
+# task it works for; the fake engines' knobs), and the names listed in HARNESS_ENV_PASS. No other
+# HARNESS_* variable (the API token, the home, token paths) reaches the engine, nor the model.
 scoped_env() {
   local name
   ENV_ARGS=()
@@ -190,8 +191,7 @@ scoped_env() {
   done
   while IFS= read -r name; do
     case $name in
-      HARNESS_WRAPPER_SETSID) ;;
-      HARNESS_*) ENV_ARGS+=("$name=${!name}") ;;
+      HARNESS_RUN | HARNESS_TASK | HARNESS_FAKE_*) ENV_ARGS+=("$name=${!name}") ;;
     esac
   done < <(compgen -e)
 }

@@ -309,9 +309,14 @@ fn env_is_scoped_for_the_engine() {
     std::fs::set_permissions(&probe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut c = t.cmd(&WRAPPERS[0], "success", &["--timeout", "30"]);
     c.env("HARNESS_CLAUDE_BIN", &probe).env("SECRET_TOKEN", "leak").env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9");
+    c.env("HARNESS_API_TOKEN", "api-secret").env("HARNESS_HOME", t.dir.path()).env("HARNESS_TASK", "T1");
+    c.env("HARNESS_ENV_PASS", "MY_TOOL_CONFIG").env("MY_TOOL_CONFIG", "kept");
     assert!(c.output().unwrap().status.success());
     let env = std::fs::read_to_string(t.dir.path().join("record.jsonl.env")).unwrap();
     assert!(!env.contains("SECRET_TOKEN"), "unlisted variables must not reach the engine");
+    assert!(!env.contains("HARNESS_API_TOKEN") && !env.contains("api-secret"), "the API token reached the engine");
+    assert!(!env.contains("HARNESS_HOME="), "the home (its token file) is not the engine's business");
+    assert!(env.contains("HARNESS_TASK=T1") && env.contains("MY_TOOL_CONFIG=kept"), "{env}");
     assert!(env.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:9"), "CCR routing must pass through");
 }
 
