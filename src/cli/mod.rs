@@ -39,9 +39,13 @@ enum Cmd {
     /// Serve the HTTP API (durable views; live routes need the run's supervisor).
     Api {
         /// Address to listen on. Repeatable. Default 127.0.0.1:7878 or $HARNESS_API_ADDR. A
-        /// non-loopback address is refused unless a token is configured.
+        /// non-loopback address needs --allow-remote and a configured token.
         #[arg(long)]
         listen: Vec<SocketAddr>,
+        /// Allow a non-loopback --listen (also HARNESS_API_ALLOW_REMOTE=1); the token is then
+        /// required of every client.
+        #[arg(long)]
+        allow_remote: bool,
         /// Also listen on this Unix socket path.
         #[arg(long)]
         unix: Option<PathBuf>,
@@ -658,8 +662,17 @@ pub fn main() -> i32 {
 
 fn run(cmd: Cmd) -> Result<(), CliError> {
     match cmd {
-        Cmd::Api { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
-            start::api(start::ApiFlags { listen, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace })
+        Cmd::Api { listen, allow_remote, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
+            let flags = start::ApiFlags {
+                listen,
+                allow_remote,
+                unix,
+                allow_origin,
+                heartbeat,
+                stream_buffer,
+                slow_client_grace,
+            };
+            start::api(flags)
         }
         Cmd::Registry(RegistryCmd::Add { repo, worktree, slug, plane, runstate_dir, project }) => local::registry_add(
             &repo,

@@ -17,6 +17,8 @@ use std::time::Duration;
 /// `harness api`'s flags.
 pub(super) struct ApiFlags {
     pub listen: Vec<SocketAddr>,
+    /// `--allow-remote` (or `HARNESS_API_ALLOW_REMOTE=1`).
+    pub allow_remote: bool,
     pub unix: Option<PathBuf>,
     pub allow_origin: Vec<String>,
     pub heartbeat: Duration,
@@ -32,10 +34,19 @@ fn api_config(home: &Home, f: &mut ApiFlags) -> Result<crate::api::Config, CliEr
     if f.listen.is_empty() {
         f.listen.push(config::api_addr().map_err(usage)?);
     }
-    if let Some(a) = f.listen.iter().find(|a| !a.ip().is_loopback() && configured.is_none()) {
-        return Err(usage(format!(
-            "--listen {a}: a non-loopback address needs a token (HARNESS_API_TOKEN or $HARNESS_HOME/api.token)"
-        )));
+    let allow_remote = f.allow_remote || std::env::var("HARNESS_API_ALLOW_REMOTE").is_ok_and(|v| v == "1");
+    if let Some(a) = f.listen.iter().find(|a| !a.ip().is_loopback()) {
+        // Asked for in so many words: a token file left by an earlier `harness api` is not consent.
+        if !allow_remote {
+            return Err(usage(format!(
+                "--listen {a}: a non-loopback address is served only with --allow-remote (or HARNESS_API_ALLOW_REMOTE=1) and a token"
+            )));
+        }
+        if configured.is_none() {
+            return Err(usage(format!(
+                "--listen {a}: a non-loopback address needs a token (HARNESS_API_TOKEN or $HARNESS_HOME/api.token)"
+            )));
+        }
     }
     // Other uids need the token: made on first start when none is configured (`harness token`).
     let token = Some(config::ensure_api_token(home).map_err(|e| CliError::Failed(e.to_string()))?);

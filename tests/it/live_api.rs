@@ -394,9 +394,15 @@ fn origins_token_and_listen_rules() {
     // Non-loopback without a token is refused at start (in a home where no API has run yet: the
     // first `harness api` makes a token); a world-readable token file too.
     let untouched = tempfile::tempdir().unwrap();
-    let (code, _, err) = cli(untouched.path(), &["api", "--listen", "0.0.0.0:0"]);
+    let (code, _, err) = cli(untouched.path(), &["api", "--listen", "0.0.0.0:0", "--allow-remote"]);
     assert_eq!(code, 2);
     assert!(err.contains("needs a token"), "{err}");
+    // A token file (this home has one: its API ran above) is not consent to listen remotely.
+    for addr in ["0.0.0.0:0", "[::]:0"] {
+        let (code, _, err) = cli(home.path(), &["api", "--listen", addr]);
+        assert_eq!(code, 2, "{addr}: {err}");
+        assert!(err.contains("only with --allow-remote"), "{err}");
+    }
     std::fs::write(home.path().join("api.token"), "t").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(home.path().join("api.token"), std::fs::Permissions::from_mode(0o644)).unwrap();
