@@ -500,17 +500,32 @@ fn rate_limited(
     l: &crate::engine::ratelimit::Limited,
     session: Option<String>,
 ) -> End {
-    let when = l
-        .resets_at
-        .map(|t| {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let resets_at = l.resets_at.map(|t| clamp_reset(t, now));
+    let when = resets_at
+        .map(|(t, clamped)| {
             let at = std::time::UNIX_EPOCH + Duration::from_secs(t);
-            format!(" (lifts at {})", humantime::format_rfc3339_seconds(at))
+            let note = if clamped {
+                format!("; the engine said {}, clamped to 24 h", l.resets_at.unwrap_or(t))
+            } else {
+                String::new()
+            };
+            format!(" (lifts at {}{note})", humantime::format_rfc3339_seconds(at))
         })
         .unwrap_or_default();
     match ctx.halt(id, rc, format!("rate_limited: {}{when}", l.said), session) {
-        End::Halted => End::RateLimited(l.resets_at),
+        End::Halted => End::RateLimited(resets_at.map(|(t, _)| t)),
         other => other,
     }
+}
+
+/// The longest a rate limit is waited out, whatever the engine said.
+const RESET_MAX_S: u64 = 24 * 3600;
+
+/// An engine's reset time (Unix seconds) at most 24 h after `now`; true when it was later.
+fn clamp_reset(t: u64, now: u64) -> (u64, bool) {
+    let max = now.saturating_add(RESET_MAX_S);
+    if t > max { (max, true) } else { (t, false) }
 }
 
 /// One wrapper turn. Returns the session id and the changed files.
@@ -1257,6 +1272,8 @@ mod tests {
             ]
             .into_iter()
         };
+        assert_eq!(clamp_reset(u64::MAX, 1_000), (1_000 + RESET_MAX_S, true));
+        assert_eq!(clamp_reset(2_000, 1_000), (2_000, false));
         let masked = mask_secrets("key sk-ant-0123456789 by Jane Developer; line-two-secret", env());
         assert_eq!(masked, "key [redacted] by Jane Developer; [redacted]");
         assert_eq!(printable("a\u{1b}]0;pwned\u{7}b\u{1b}[2Jc\td"), "abc d");

@@ -28,10 +28,12 @@ impl Scheduler {
         }
         let now = SystemTime::now();
         let delay = match resets_at {
-            Some(t) => (std::time::UNIX_EPOCH + Duration::from_secs(t))
-                .duration_since(now)
+            // Clamped where it was read (at most 24 h ahead); checked all the same.
+            Some(t) => std::time::UNIX_EPOCH
+                .checked_add(Duration::from_secs(t))
+                .and_then(|at| at.duration_since(now).ok())
                 .unwrap_or_default()
-                .max(Duration::from_secs(1)),
+                .clamp(Duration::from_secs(1), Duration::from_secs(24 * 3600)),
             None => backoff(self.rate_limits),
         };
         self.rate_limits += 1;

@@ -59,3 +59,38 @@ fn on_rate_limit_halt_only_halts_the_task() {
     assert_eq!(b.state("A").as_deref(), Some("halted"), "not resumed");
     assert!(!b.journal().iter().any(|r| r["kind"] == "run" && r["event"] == "paused"));
 }
+
+#[test]
+fn a_reset_centuries_ahead_is_clamped_to_a_day_and_said_so() {
+    let b = Bench::new();
+    let plan = json!({"v":"plan/v1","slug":"far","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"work"}]});
+    let p = b.plan(&plan.to_string());
+    // The year 5138 (and an overflow before the clamp existed).
+    let mut sup = Proc {
+        child: b
+            .harness("ratelimit,success")
+            .env("HARNESS_FAKE_RESET_S", "99999999999")
+            .args(["run", "--supervised", "--foreground", "--kill-grace", "1s"])
+            .arg(&p)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    };
+    let halted = wait_for(T, || {
+        b.try_run_id().and_then(|_| {
+            let j = json_lines(&b.repo().join("runstate/far.jsonl"));
+            j.into_iter().find(|r| r["kind"] == "task" && r["state"] == "halted")
+        })
+    })
+    .expect("halted by the rate limit");
+    let d = halted["detail"].as_str().unwrap();
+    assert!(d.contains("clamped to 24 h"), "{d}");
+    let paused =
+        wait_for(T, || b.journal().into_iter().find(|r| r["kind"] == "run" && r["event"] == "paused")).unwrap();
+    let at = humantime::parse_rfc3339_weak(paused["resume_at"].as_str().unwrap()).unwrap();
+    let ahead = at.duration_since(std::time::SystemTime::now()).unwrap().as_secs();
+    assert!((86_000..=86_400).contains(&ahead), "resumes within a day: {ahead} s");
+    control(&b.sock(), &json!({"verb":"stop"}));
+    sup.wait_exit(T);
+}
