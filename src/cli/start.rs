@@ -153,6 +153,9 @@ pub(super) fn run_plan(
         return Err(usage("--foreground needs --supervised (an unsupervised run always runs in the foreground)"));
     }
     let home = home()?;
+    if let Err(e) = crate::state::notify::load(&home.root) {
+        eprintln!("harness: warning: {e}: this run's notifications are held until it is fixed");
+    }
     let launch = crate::runner::Launch {
         plan_path: plan,
         repo: repo.as_deref(),

@@ -62,15 +62,27 @@ fn read_mark(path: &Path, journal: &Path) -> Mark {
 async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, mut stopped: watch::Receiver<bool>) {
     let mut mark = read_mark(&mark_path, &journal);
     let mut drain_until: Option<tokio::time::Instant> = None;
+    let mut said: Option<String> = None;
     loop {
-        let hooks = match notify::load(&home) {
-            Ok(h) => h.unwrap_or_default(),
+        // While notify.json is invalid the mark stays where it is: what happens meanwhile is sent once
+        // the file is fixed. Each distinct problem is logged once.
+        let caught_up = match notify::load(&home) {
+            Ok(h) => {
+                if said.take().is_some() {
+                    tracing::info!(RUN_ID = %run, "notify.json is valid again: sending what was held");
+                }
+                step(&run, &journal, &mark_path, &mut mark, &h.unwrap_or_default()).await
+            }
             Err(e) => {
-                tracing::warn!(RUN_ID = %run, error = %e, "notify.json is invalid: no notifications until it is fixed");
-                Vec::new()
+                let e = e.to_string();
+                if said.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(RUN_ID = %run, error = %e, "notify.json is invalid: notifications are held until it is fixed");
+                    said = Some(e);
+                }
+                // An ending supervisor does not wait out its drain for a file nobody is fixing.
+                drain_until.is_some()
             }
         };
-        let caught_up = step(&run, &journal, &mark_path, &mut mark, &hooks).await;
         if let Some(until) = drain_until {
             if caught_up || tokio::time::Instant::now() >= until {
                 if !caught_up {

@@ -166,3 +166,47 @@ fn notify_test_reaches_every_hook_and_names_the_one_that_failed() {
     assert_eq!(code, 1);
     assert!(err.contains("hooks[0]: on: unknown kind \"nope\""), "{err}");
 }
+
+#[test]
+fn an_invalid_notify_json_is_said_once_and_what_happened_meanwhile_goes_out_once_it_is_fixed() {
+    let b = Bench::new();
+    let (port, seen) = receiver(0);
+    std::fs::write(b.home().join("notify.json"), r#"{"v":"notify/v1","hooks":[{"on":["task_halted"],"webhook":"#)
+        .unwrap();
+    let plan = json!({"v":"plan/v1","slug":"held","tasks":[
+        {"id":"B","wave":1,"adapter":"claude","prompt":"fails [fake-claude:error]"}]});
+    let p = b.plan(&plan.to_string());
+    // harness run says so at start.
+    let out = b.harness("success").args(["run", "--register-only"]).arg(&p).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("notifications are held"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = b.dir.path().join("sup.log");
+    let child = b
+        .harness("success")
+        .args(["supervise", &b.run_id(), "--kill-grace", "1s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut sup = Proc { child };
+    b.wait_state("B", "halted", T);
+    std::thread::sleep(Duration::from_millis(1500)); // many notifier polls with the broken file
+    assert!(seen.lock().unwrap().is_empty());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("notify.json is invalid").count(), 1, "said once: {text}");
+    // Fixed: the halt held meanwhile is delivered, once.
+    let config =
+        json!({"v":"notify/v1","hooks":[{"on":["task_halted"],"webhook":format!("http://127.0.0.1:{port}/hook")}]});
+    std::fs::write(b.home().join("notify.json"), config.to_string()).unwrap();
+    wait_for(T, || (!seen.lock().unwrap().is_empty()).then_some(())).expect("delivered after the fix");
+    std::thread::sleep(Duration::from_millis(600));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert_eq!((seen[0].1["kind"].as_str(), seen[0].1["task"].as_str()), (Some("task_halted"), Some("B")));
+    control(&b.sock(), &json!({"verb":"stop"}));
+    sup.wait_exit(T);
+}
