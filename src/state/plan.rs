@@ -13,6 +13,11 @@ use std::path::Path;
 
 pub const VERSION: &str = "plan/v1";
 
+/// The largest plan read.
+pub const MAX_PLAN_BYTES: usize = 16 << 20;
+/// The most tasks a plan may hold.
+pub const MAX_TASKS: usize = 10_000;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     pub id: TaskId,
@@ -177,13 +182,19 @@ pub const APPROVAL_TIMEOUT_DEFAULT: u64 = 600;
 
 impl Plan {
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
-        let bytes =
-            std::fs::read(path).map_err(|source| PlanError::Read { path: path.display().to_string(), source })?;
+        let read = |source| PlanError::Read { path: path.display().to_string(), source };
+        // Read at most one byte past the limit: a huge file is refused without being read whole.
+        let f = std::fs::File::open(path).map_err(read)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_PLAN_BYTES as u64 + 1), &mut bytes).map_err(read)?;
         Plan::parse(&bytes)
     }
 
     /// Parses and validates; on failure lists every problem found.
     pub fn parse(bytes: &[u8]) -> Result<Plan, PlanError> {
+        if bytes.len() > MAX_PLAN_BYTES {
+            return Err(PlanError::Invalid(vec![format!("the plan is larger than {} MiB", MAX_PLAN_BYTES >> 20)]));
+        }
         let plan: Field<RawPlan> =
             serde_json::from_slice(bytes).map_err(|e| PlanError::Invalid(vec![format!("not JSON: {e}")]))?;
         match &plan.typed {
@@ -605,6 +616,9 @@ impl Check {
         match &f.typed {
             None => self.bad(name, "missing (array)"),
             Some(all) if all.is_empty() => self.bad(name, "empty (a plan needs at least one task)"),
+            Some(all) if all.len() > MAX_TASKS => {
+                self.bad(name, format!("{} tasks: a plan holds at most {MAX_TASKS}", all.len()))
+            }
             Some(all) => {
                 // Waves of every task with a usable wave, valid or not, so a gap is reported
                 // alongside the tasks' own problems.
@@ -733,6 +747,18 @@ fn variants<T: DeserializeOwned>() -> &'static [&'static str] {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn plans_past_the_limits_are_refused_naming_them() {
+        let big = vec![b' '; MAX_PLAN_BYTES + 1];
+        let e = Plan::parse(&big).unwrap_err().to_string();
+        assert!(e.contains("larger than 16 MiB"), "{e}");
+        let tasks: Vec<String> =
+            (0..=MAX_TASKS).map(|i| format!(r#"{{"id":"t{i}","wave":1,"adapter":"claude","prompt":"p"}}"#)).collect();
+        let plan = format!(r#"{{"v":"plan/v1","slug":"big","tasks":[{}]}}"#, tasks.join(","));
+        let e = Plan::parse(plan.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("10001 tasks: a plan holds at most 10000"), "{e}");
+    }
     use super::*;
 
     #[test]
