@@ -53,6 +53,11 @@ mod diag {
     /// Offset of `idiag_uid` in the answer: `nlmsghdr` (16) + family, state, timer, retrans (4) +
     /// `inet_diag_sockid` (48) + expires, rqueue, wqueue (12).
     const UID_AT: usize = 80;
+    /// `idiag_inode`, after the uid.
+    const INODE_AT: usize = 84;
+    /// `idiag_state`, after the family.
+    const STATE_AT: usize = 17;
+    const TCP_TIME_WAIT: u8 = 6;
 
     /// Asks for the one TCP socket whose own address is `peer` and whose remote is `local`.
     pub(super) fn lookup(local: SocketAddr, peer: SocketAddr) -> nix::Result<Option<u32>> {
@@ -77,14 +82,20 @@ mod diag {
         sendto(fd.as_raw_fd(), &req, &NetlinkAddr::new(0, 0), MsgFlags::empty())?;
         let mut buf = [0u8; 512];
         let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-        if n < UID_AT + 4 {
+        if n < INODE_AT + 4 {
             return Ok(None);
         }
         let kind = u16::from_ne_bytes([buf[4], buf[5]]);
         if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
             return Ok(None);
         }
-        Ok(Some(u32::from_ne_bytes([buf[UID_AT], buf[UID_AT + 1], buf[UID_AT + 2], buf[UID_AT + 3]])))
+        // A socket no process holds (a timewait entry, an orphan the client closed before our
+        // accept) reports uid 0 and inode 0: that says nothing of who asked, so it is unknown.
+        let word = |at: usize| u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+        if buf[STATE_AT] == TCP_TIME_WAIT || word(INODE_AT) == 0 {
+            return Ok(None);
+        }
+        Ok(Some(word(UID_AT)))
     }
 }
 
@@ -101,6 +112,23 @@ mod tests {
             assert_eq!(peer, c.local_addr().unwrap());
             assert_eq!(tcp_peer_uid(s.local_addr().unwrap(), peer), Some(own_uid()), "{addr}");
         }
+    }
+
+    #[test]
+    fn a_timewait_or_orphaned_peer_is_unknown_not_uid_0() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let client = c.local_addr().unwrap();
+        // The client closes first; once the server closes too, the client's side is in TIME_WAIT.
+        drop(c);
+        let (mut s, _) = l.accept().unwrap();
+        let local = s.local_addr().unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).unwrap(), 0);
+        drop(s);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(tcp_peer_uid(local, client), None);
     }
 
     #[test]
