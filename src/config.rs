@@ -21,6 +21,10 @@ pub enum ConfigError {
     EmptyToken { path: PathBuf },
     #[error("cannot read the token {}: {reason}", path.display())]
     UnreadableToken { path: PathBuf, reason: String },
+    #[error("{} is owned by uid {owner}, not by you (uid {me}): remove it and let `harness api` make your own", path.display())]
+    ForeignToken { path: PathBuf, owner: u32, me: u32 },
+    #[error("{} is a symbolic link: the token must be a file of its own (remove the link)", path.display())]
+    LinkedToken { path: PathBuf },
     #[error("cannot create the token {}: {reason}", path.display())]
     CannotCreate { path: PathBuf, reason: String },
 }
@@ -74,20 +78,33 @@ pub fn api_token(home: &Home) -> Result<Option<String>, ConfigError> {
         return Ok(Some(t.trim().to_string()));
     }
     let path = token_path(home);
-    match std::fs::read_to_string(&path) {
-        Ok(t) => {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
-            if mode & 0o077 != 0 {
-                return Err(ConfigError::LooseToken { path, mode });
-            }
-            let t = t.trim().to_string();
-            if t.is_empty() {
-                return Err(ConfigError::EmptyToken { path });
-            }
-            Ok(Some(t))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ConfigError::UnreadableToken { path, reason: e.to_string() }),
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // O_NOFOLLOW: a link planted in the home's place never makes us read (and serve) another file.
+    let mut f = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(ConfigError::LinkedToken { path }),
+        Err(e) => return Err(ConfigError::UnreadableToken { path, reason: e.to_string() }),
+    };
+    let meta = f.metadata().map_err(|e| ConfigError::UnreadableToken { path: path.clone(), reason: e.to_string() })?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(ConfigError::ForeignToken { path, owner: meta.uid(), me });
     }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(ConfigError::LooseToken { path, mode });
+    }
+    let mut t = String::new();
+    // A token is 65 bytes; a file far past that is not one.
+    f.by_ref()
+        .take(4096)
+        .read_to_string(&mut t)
+        .map_err(|e| ConfigError::UnreadableToken { path: path.clone(), reason: e.to_string() })?;
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        return Err(ConfigError::EmptyToken { path });
+    }
+    Ok(Some(t))
 }

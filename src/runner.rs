@@ -69,7 +69,7 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
         }
     }
     let runstate = worktree.join("runstate");
-    std::fs::create_dir_all(&runstate).map_err(|e| RunError::Failed(format!("{}: {e}", runstate.display())))?;
+    home::private_dir(&runstate).map_err(|e| RunError::Failed(format!("{}: {e}", runstate.display())))?;
     // Held until the run's journal holds its start: two runs started at once take different slugs.
     let _slugs = slug_lock(&runstate)?;
     let at = Place { home, repo: &repo, worktree: &worktree, runstate: &runstate, supervised: l.supervised };
@@ -95,7 +95,7 @@ pub fn register(home: &Home, l: &Launch) -> Result<(Plan, Pointer), RunError> {
     // The plan copy is written before the pointer (the API's cache relies on that order).
     let mut bytes = serde_json::to_vec_pretty(&plan).expect("a plan serializes");
     bytes.push(b'\n');
-    home::write_atomic(&runstate.join(format!("{}.plan.json", plan.slug)), &bytes, 0o644)
+    home::write_atomic(&runstate.join(format!("{}.plan.json", plan.slug)), &bytes, 0o600)
         .map_err(|e| RunError::Failed(format!("cannot write the plan copy: {e}")))?;
     let slug: Slug = plan.slug.clone();
     let reg = registry::Registration {
@@ -171,11 +171,7 @@ impl Place<'_> {
 
 fn slug_lock(runstate: &Path) -> Result<crate::os::flock::Flock, RunError> {
     let path = runstate.join(".slugs.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| RunError::Failed(format!("{}: {e}", path.display())))?;
+    let f = home::open_private(&path, true).map_err(|e| RunError::Failed(format!("{}: {e}", path.display())))?;
     crate::os::flock::Flock::exclusive(&f).map_err(|e| RunError::Failed(format!("locking {}: {e}", path.display())))
 }
 
@@ -311,11 +307,8 @@ pub fn start_detached(
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| RunError::Failed(e.to_string()))?;
     let log_path = pointer.supervisor_log_path();
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| RunError::Failed(format!("{}: {e}", log_path.display())))?;
+    let log =
+        home::open_private(&log_path, true).map_err(|e| RunError::Failed(format!("{}: {e}", log_path.display())))?;
     let err = log.try_clone().map_err(|e| RunError::Failed(e.to_string()))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("supervise").arg(pointer.run_id.as_str()).args(extra);

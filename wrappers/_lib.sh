@@ -108,9 +108,11 @@ parse_flags() {
   for id in "$SESSION_ARG" "$RESUME"; do
     [ -z "$id" ] || [[ $id =~ ^[A-Za-z0-9._:-]{1,128}$ ]] || usage_error "session id ${id:0:80} has characters outside [A-Za-z0-9._:-]"
   done
-  mkdir -p "$(dirname "$LOG")" 2>/dev/null
-  : >> "$LOG" 2>/dev/null || usage_error "--log $LOG cannot be appended to"
-  : >> "$LOG.stderr" 2>/dev/null || usage_error "--log $LOG.stderr cannot be appended to"
+  # The transcript is the user's only (0600, its dir 0700 when made here); the engine itself keeps
+  # the user's umask, so the files it writes in the worktree get the repository's usual modes.
+  (umask 077 && mkdir -p "$(dirname "$LOG")") 2>/dev/null
+  (umask 077 && : >> "$LOG") 2>/dev/null || usage_error "--log $LOG cannot be appended to"
+  (umask 077 && : >> "$LOG.stderr") 2>/dev/null || usage_error "--log $LOG.stderr cannot be appended to"
   TURN_OFFSET=$(wc -c < "$LOG" | tr -d ' ')
 }
 

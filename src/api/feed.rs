@@ -91,7 +91,7 @@ fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
     let name: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let path = dir.join(format!("{name}.json"));
     if !path.exists() {
-        std::fs::create_dir_all(dir)?;
+        crate::os::home::private_dir(dir)?;
         crate::os::home::write_atomic(&path, &body, 0o600)?;
     } else {
         // Touched, so the clean-up at start keeps what is in use.

@@ -527,7 +527,7 @@ fn start_watch(runs_dir: &Path, items: Vec<Arc<Item>>) -> (Option<Watch>, Vec<Ru
             return (None, Vec::new());
         }
     };
-    let _ = std::fs::create_dir_all(runs_dir);
+    let _ = crate::os::home::private_dir(runs_dir);
     let mask = WatchMask::MOVED_TO | WatchMask::MOVED_FROM | WatchMask::CREATE | WatchMask::DELETE | WatchMask::MODIFY;
     let runs_wd = match ino.watches().add(runs_dir, mask) {
         Ok(wd) => wd,

@@ -660,7 +660,33 @@ pub fn main() -> i32 {
     }
 }
 
+/// Whether `cmd` writes in `$HARNESS_HOME` (registry, sockets, token, sessions, worktrees): such a
+/// command first makes sure the home is this user's own (`Home::ensure`), so a home another uid
+/// made first (say under `/tmp`) is refused with one line naming the path, before anything is
+/// written or served.
+fn writes_home(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Api { .. }
+            | Cmd::Registry(RegistryCmd::Add { .. })
+            | Cmd::Journal(JournalCmd::Append { .. } | JournalCmd::Reconcile { .. })
+            | Cmd::Liveness(LivenessCmd::Set { .. } | LivenessCmd::Reap { .. })
+            | Cmd::Install { .. }
+            | Cmd::Run { .. }
+            | Cmd::Supervise { .. }
+            | Cmd::Stop { .. }
+            | Cmd::Clean { .. }
+            | Cmd::Prune { .. }
+            | Cmd::Token { .. }
+            | Cmd::Inbox(InboxCmd::Append { .. } | InboxCmd::Take { .. })
+            | Cmd::Session(SessionCmd::Start { .. })
+    )
+}
+
 fn run(cmd: Cmd) -> Result<(), CliError> {
+    if writes_home(&cmd) {
+        crate::os::home::Home::from_env().map_err(usage)?.ensure().map_err(|e| CliError::Failed(e.to_string()))?;
+    }
     match cmd {
         Cmd::Api { listen, allow_remote, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
             let flags = start::ApiFlags {

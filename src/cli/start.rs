@@ -134,7 +134,7 @@ pub(super) fn session_plan(
     let plan = serde_json::json!({"v": "plan/v1", "slug": slug, "isolation": "shared", "max_parallel": 1,
         "session": {"idle_s": idle_s, "prompt": prompt.is_some()}, "tasks": [task]});
     let dir = home()?.root.join("sessions");
-    std::fs::create_dir_all(&dir).map_err(during(format!("creating {}", dir.display())))?;
+    crate::os::home::private_dir(&dir).map_err(during(format!("creating {}", dir.display())))?;
     let path = dir.join(format!("{slug}.plan.json"));
     crate::os::home::write_atomic(&path, serde_json::to_string_pretty(&plan).expect("JSON").as_bytes(), 0o600)
         .map_err(during(format!("writing {}", path.display())))?;

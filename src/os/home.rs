@@ -24,6 +24,16 @@ pub enum HomeError {
     #[error("cannot create {path}: {source}")]
     Create { path: PathBuf, source: io::Error },
     #[error(
+        "{path} is owned by uid {owner}, not by you (uid {me}): another user made it first; use a HARNESS_HOME of your own (unset, it is ~/.harness)"
+    )]
+    Foreign { path: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "{path} is writable by group or others (mode {mode:04o}): another user may have put files in it; if you trust what is in it, `chmod 700 {path}`, else use another HARNESS_HOME"
+    )]
+    Open { path: PathBuf, mode: u32 },
+    #[error("{path} is a symbolic link: harness keeps its sockets and registry in directories of its own")]
+    Link { path: PathBuf },
+    #[error(
         "control socket path {path} is {len} bytes, over the OS limit of {max}: use a shorter HARNESS_HOME or slug"
     )]
     SocketPathTooLong { path: PathBuf, len: usize, max: usize },
@@ -84,21 +94,74 @@ impl Home {
         Ok(path)
     }
 
-    /// Creates `root`, `runs/` and `sock/` with mode 0700.
+    /// Creates `root`, `runs/` and `sock/` with mode 0700, and refuses them when they are not this
+    /// user's own: owned by another uid, writable by group or others, or (`runs/`, `sock/`) a
+    /// symbolic link. Every command that writes in the home goes through here first.
     pub fn ensure(&self) -> Result<(), HomeError> {
-        for d in [self.root.clone(), self.runs_dir(), self.sock_dir()] {
+        // Each is judged as found (before it is tightened), then made or tightened to 0700.
+        for (d, follow) in [(self.root.clone(), true), (self.runs_dir(), false), (self.sock_dir(), false)] {
+            match owned(&d, follow) {
+                Err(HomeError::Create { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
+                r => r?,
+            }
             ensure_private_dir(&d)?;
         }
         Ok(())
     }
 }
 
-/// Creates `dir` (and parents) with mode 0700; tightens an existing dir that we own to 0700.
-pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
-    let created = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
-    created.map_err(|source| HomeError::Create { path: dir.to_path_buf(), source })?;
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+/// `dir` is this user's: owned by the effective uid and not writable by group or others (a dir of
+/// ours that is only readable by them was tightened to 0700 by `ensure_private_dir`). `follow`: the
+/// home itself may be a symbolic link to a dir of ours; `runs/` and `sock/` may not.
+fn owned(dir: &Path, follow: bool) -> Result<(), HomeError> {
+    use std::os::unix::fs::MetadataExt;
+    let path = dir.to_path_buf();
+    let meta = if follow { fs::metadata(dir) } else { fs::symlink_metadata(dir) };
+    let meta = meta.map_err(|source| HomeError::Create { path: path.clone(), source })?;
+    if meta.file_type().is_symlink() {
+        return Err(HomeError::Link { path });
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(HomeError::Foreign { path, owner: meta.uid(), me });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(HomeError::Open { path, mode });
+    }
     Ok(())
+}
+
+/// Creates `dir` (and parents) with mode 0700; tightens an existing dir that we own to 0700 (a
+/// dir of another uid's is left as it is: `Home::ensure` refuses it).
+pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
+    private_dir(dir).map_err(|source| HomeError::Create { path: dir.to_path_buf(), source })
+}
+
+/// `ensure_private_dir` with a plain I/O error: for the run's own directories (logs, prompts,
+/// approvals, worktrees), whose callers name the path themselves.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let meta = fs::metadata(dir)?;
+    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Opens `path` for writing (`append`, else truncated), created with mode 0600 and an existing
+/// file tightened to 0600: every file harness makes that holds a run's words (logs, prompts, the
+/// plan copy, gate and setup output) is its owner's only, whatever the umask.
+pub fn open_private(path: &Path, append: bool) -> io::Result<fs::File> {
+    let f = fs::OpenOptions::new().create(true).write(true).append(append).truncate(!append).mode(0o600).open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(f)
+}
+
+/// `open_private` then writes `bytes` (not atomic: for files only their writer reads back whole).
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    open_private(path, false)?.write_all(bytes)
 }
 
 /// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix: a temp file in

@@ -269,7 +269,7 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
     }
     git::worktree_remove(run_wt, &t.path, &t.branch)?;
     if let Some(dir) = t.path.parent() {
-        std::fs::create_dir_all(dir)
+        crate::os::home::private_dir(dir)
             .map_err(|e| GitError::Failed { args: format!("mkdir {}", dir.display()), detail: e.to_string() })?;
     }
     // The base goes first: a worktree that exists always has its base recorded.

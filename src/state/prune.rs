@@ -254,7 +254,7 @@ fn keep_usage(p: &Pointer, view: &journal::RunView) -> Result<(), String> {
     let kept: std::collections::BTreeMap<String, crate::engine::usage::Usage> =
         per_task.into_iter().map(|(t, u)| (t.to_string(), u)).collect();
     let body = serde_json::json!({"v": "usage-kept/v1", "tasks": kept});
-    crate::os::home::write_atomic(&p.usage_path(), body.to_string().as_bytes(), 0o644)
+    crate::os::home::write_atomic(&p.usage_path(), body.to_string().as_bytes(), 0o600)
         .map_err(|e| format!("cannot keep the usage of the logs: {e}"))
 }
 

@@ -257,8 +257,7 @@ pub fn register(home: &Home, r: &Registration) -> Result<Pointer, RegistryError>
         Some(d) => d.to_path_buf(),
         None => worktree.join("runstate"),
     };
-    std::fs::create_dir_all(&runstate_dir)
-        .map_err(|source| RegistryError::Write { path: runstate_dir.clone(), source })?;
+    home::private_dir(&runstate_dir).map_err(|source| RegistryError::Write { path: runstate_dir.clone(), source })?;
     let runstate_dir = canon(&runstate_dir)?;
     let run_id = RunId::derive(&repo_root, &worktree, r.slug);
     let repo = repo_root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into());

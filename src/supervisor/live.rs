@@ -46,7 +46,7 @@ pub(crate) enum LiveCmd {
 /// The FIFO of `task`'s live channel, made fresh (mode 0600): `<runstate>/<slug>.live/<task>.in`.
 pub(crate) fn make_fifo(runstate: &Path, slug: &str, task: &TaskId) -> std::io::Result<PathBuf> {
     let dir = runstate.join(format!("{slug}.live"));
-    std::fs::create_dir_all(&dir)?;
+    crate::os::home::private_dir(&dir)?;
     let path = dir.join(format!("{task}.in"));
     match std::fs::remove_file(&path) {
         Ok(()) => {}

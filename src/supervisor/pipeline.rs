@@ -207,7 +207,7 @@ impl Ctx {
     /// directory created. A filesystem error halts the task with its own detail (the task is
     /// `leased` or later here).
     fn file(&self, task: &TaskId, d: PathBuf, name: String, session: &Option<String>) -> Step<PathBuf> {
-        match std::fs::create_dir_all(&d) {
+        match crate::os::home::private_dir(&d) {
             Ok(()) => Ok(d.join(name)),
             Err(e) => Err(self.halt(task, 1, format!("cannot create {}: {e}", d.display()), session.clone())),
         }
@@ -215,13 +215,7 @@ impl Ctx {
 
     /// Opens a step's log for appending (`truncate`: a fresh one), halting the task when it cannot.
     fn open_log(&self, task: &TaskId, log: &Path, truncate: bool, session: &Option<String>) -> Step<(Stdio, Stdio)> {
-        let opened = std::fs::OpenOptions::new()
-            .create(true)
-            .append(!truncate)
-            .write(true)
-            .truncate(truncate)
-            .open(log)
-            .and_then(|f| Ok((f.try_clone()?, f)));
+        let opened = crate::os::home::open_private(log, !truncate).and_then(|f| Ok((f.try_clone()?, f)));
         match opened {
             Ok((a, b)) => Ok((Stdio::from(a), Stdio::from(b))),
             Err(e) => Err(self.halt(task, 1, format!("cannot open {}: {e}", log.display()), session.clone())),
@@ -542,7 +536,7 @@ async fn turn(
     let assigned = (resume.is_none() && task.adapter.assigns_session_id()).then(|| uuid::Uuid::new_v4().to_string());
     let logfile = ctx.pointer.default_logfile(id);
     if let Some(d) = logfile.parent() {
-        let _ = std::fs::create_dir_all(d);
+        let _ = crate::os::home::private_dir(d);
     }
     let known_session = resume.clone().or_else(|| assigned.clone());
     let lease = Lease { attempt, session: known_session.clone(), logfile: logfile.clone(), note };
@@ -550,7 +544,7 @@ async fn turn(
     let cwd = ctx.cwd(id);
     let prompt = prompt.as_str();
     let prompt_file = ctx.file(id, ctx.pointer.prompts_dir(), format!("{id}.{attempt}.txt"), &known_session)?;
-    if let Err(e) = std::fs::write(&prompt_file, prompt) {
+    if let Err(e) = crate::os::home::write_private(&prompt_file, prompt.as_bytes()) {
         return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), known_session));
     }
     let live = ctx.plan.is_live(task);
@@ -576,6 +570,7 @@ async fn turn(
         resume: resume.as_deref(),
         input: fifo.as_deref(),
     };
+    private_logs(t.log);
     let mut cmd = wrapper::command(&ctx.wrappers, &t);
     ctx.label(&mut cmd, id);
     if let Err(e) = permissions_env(ctx, task, live, &mut cmd) {
@@ -738,6 +733,16 @@ fn resumed_prompt_is_plan(ctx: &Ctx, task: &TaskId, prompt: &str) -> bool {
     ctx.plan.task(task).is_some_and(|t| t.prompt == prompt)
 }
 
+/// Makes a turn's log and its `.stderr` (0600) before the wrapper appends the engine's output to
+/// them, so they are the user's only whatever umask the engine keeps. A failure is the wrapper's to
+/// report (it exits 2 naming the file).
+fn private_logs(log: &Path) {
+    let stderr = PathBuf::from(format!("{}.stderr", log.display()));
+    for p in [log, stderr.as_path()] {
+        let _ = crate::os::home::open_private(p, true);
+    }
+}
+
 /// The `--mcp-config` file that makes `harness approval-mcp` claude's permission tool for `task`'s
 /// batch turn: `<runstateDir>/<slug>.approvals/<task>.mcp.json`. `None` without a control socket
 /// (batch mode: nobody to ask, claude denies as without a prompt tool).
@@ -745,7 +750,7 @@ fn permission_mcp_config(ctx: &Ctx, task: &TaskId) -> std::io::Result<Option<Pat
     let Some(sock) = &ctx.socket else { return Ok(None) };
     let exe = std::env::current_exe()?;
     let dir = ctx.pointer.approvals_dir();
-    std::fs::create_dir_all(&dir)?;
+    crate::os::home::private_dir(&dir)?;
     let wait = ctx.plan.approval_timeout().as_secs() + 60;
     let config = serde_json::json!({"mcpServers": {"harness": {
         "type": "stdio",
@@ -857,7 +862,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
         ctx.run_id, task.prompt
     );
     let prompt_file = ctx.file(id, ctx.pointer.prompts_dir(), format!("{id}.{attempt}.review.txt"), &session)?;
-    if let Err(e) = std::fs::write(&prompt_file, prompt) {
+    if let Err(e) = crate::os::home::write_private(&prompt_file, prompt.as_bytes()) {
         return Err(ctx.halt(id, 1, format!("cannot write {}: {e}", prompt_file.display()), session));
     }
     let log = ctx.file(id, ctx.pointer.logs_dir(), format!("{id}.review.log"), &session)?;
@@ -872,6 +877,7 @@ async fn review(ctx: &Ctx, task: &Task, attempt: u32, session: Option<String>) -
         resume: None,
         input: None,
     };
+    private_logs(t.log);
     let cmd = wrapper::command(&ctx.wrappers, &t);
     let (rc, stdout) = match ctx.run_child(id, cmd, &log, None, LiveState::Reviewing, None).await {
         Ok(r) => r,

@@ -20,6 +20,7 @@ mod normalize;
 mod notify;
 mod openapi;
 mod overview;
+mod private;
 mod protocol;
 mod ratelimit;
 mod real_engines;

@@ -260,6 +260,21 @@ pub fn git_head(dir: &Path) -> String {
 /// setsid, their wrappers and engines): the cleanup of tests that start supervised runs.
 pub fn kill_all_with_home(home: &Path) {
     let needle = format!("HARNESS_HOME={}", home.display());
+    // Engines run under `env -i` with only the variables they need, so they no longer carry
+    // HARNESS_HOME: in a test's own temp dir (a `Bench`), what runs there or records there is its.
+    let scope = home
+        .parent()
+        .filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".tmp")))
+        .map(|d| d.to_path_buf());
+    let ours = |pid: u32, env: &[u8]| {
+        if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+            return true;
+        }
+        let Some(dir) = &scope else { return false };
+        let record = format!("HARNESS_FAKE_RECORD={}/", dir.display());
+        env.split(|&b| b == 0).any(|kv| kv.starts_with(record.as_bytes()))
+            || std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c.starts_with(dir))
+    };
     let me = std::process::id();
     for _ in 0..3 {
         let mut found = false;
@@ -269,7 +284,7 @@ pub fn kill_all_with_home(home: &Path) {
                 continue;
             }
             let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
-            if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+            if ours(pid, &env) {
                 // SAFETY: killing a process of this test's own run.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                 found = true;
