@@ -28,6 +28,38 @@ pub enum Via {
 pub struct Conn {
     pub via: Via,
     pub uid: Option<u32>,
+    pub origin: Origin,
+}
+
+/// Which process is on the other end, as far as the kernel tells: what the operator-only verbs
+/// hand the supervisor so it can refuse a run's own tasks (`spec/CONTROL.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A Unix socket's peer (`SO_PEERCRED`).
+    Pid(u32),
+    /// A loopback TCP peer's socket inode (`sock_diag`): the process holding it is looked up
+    /// when a verb needs it.
+    Socket(u32),
+    /// A peer on another machine (a non-loopback listener, `--allow-remote`): no local process.
+    Remote,
+    /// A local peer the kernel could not place (a socket already closed, another OS).
+    Unknown,
+}
+
+impl Conn {
+    /// The pid of the process that sent the request: `Ok(None)` for a remote peer; an error when a
+    /// local peer cannot be placed (the operator-only verbs then fail closed). Scans `/proc` for a
+    /// TCP peer: call it off the async workers.
+    pub fn sender_pid(&self) -> Result<Option<u32>, String> {
+        match self.origin {
+            Origin::Pid(p) => Ok(Some(p)),
+            Origin::Remote => Ok(None),
+            Origin::Socket(inode) => crate::os::peer::socket_holder(inode).map(Some).ok_or_else(|| {
+                format!("cannot tell which process sent this request (no process holds its socket, inode {inode})")
+            }),
+            Origin::Unknown => Err("cannot tell which process sent this request".to_string()),
+        }
+    }
 }
 
 /// Why a request may not go on.

@@ -312,14 +312,14 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
             return error_response(StatusCode::FORBIDDEN, detail);
         }
     }
-    dispatch(api, route, req, conn.uid).await.unwrap_or_else(|r| r)
+    dispatch(api, route, req, conn).await.unwrap_or_else(|r| r)
 }
 
 async fn dispatch(
     api: Arc<Api>,
     route: Route,
     req: Request<Incoming>,
-    peer: Option<u32>,
+    peer: Conn,
 ) -> Result<Response<Body>, Response<Body>> {
     use crate::control::Name;
     match route {

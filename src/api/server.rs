@@ -2,7 +2,7 @@
 //! READY/STATUS/WATCHDOG for the service manager, and the accept loop with graceful shutdown. Used by
 //! `harness api` and `harness demo` alike. Decides nothing about requests (`handle` does).
 
-use super::guard::{Conn, Via};
+use super::guard::{Conn, Origin, Via};
 use super::{Api, Config, handle};
 use crate::os::home::Home;
 use crate::os::service::Activated;
@@ -202,13 +202,20 @@ async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Conn)> {
         Listener::Tcp(t) => t.accept().await.map(|(s, peer)| {
             let local = s.local_addr().ok();
             let _ = s.set_nodelay(true);
-            let uid = local.and_then(|local| crate::os::peer::tcp_peer_uid(local, peer));
+            let found = local.and_then(|local| crate::os::peer::tcp_peer(local, peer));
+            let origin = match found {
+                Some((_, inode)) => Origin::Socket(inode),
+                None if !peer.ip().is_loopback() => Origin::Remote,
+                None => Origin::Unknown,
+            };
             let port = local.map_or(0, |a| a.port());
-            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Tcp(port), uid })
+            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Tcp(port), uid: found.map(|(uid, _)| uid), origin })
         }),
         Listener::Unix(u) => u.accept().await.map(|(s, _)| {
-            let uid = s.peer_cred().ok().map(|c| c.uid());
-            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Unix, uid })
+            let cred = s.peer_cred().ok();
+            let pid = cred.and_then(|c| c.pid()).and_then(|p| u32::try_from(p).ok());
+            let origin = pid.map_or(Origin::Unknown, Origin::Pid);
+            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Unix, uid: cred.map(|c| c.uid()), origin })
         }),
     };
     match r {

@@ -4,6 +4,7 @@
 //! through with their detail). No supervisor → 409 "run not supervised / not live". What it refuses
 //! itself (a bad body, a run nobody supervises) it records through `audit` before answering.
 
+use super::guard::Conn;
 use super::{Api, Body, error_response, json_response};
 use crate::control::{self, Act, Name, Reply, Request, Takes};
 use crate::ids::{RunId, TaskId};
@@ -164,8 +165,9 @@ pub async fn verb(
     task: Option<TaskId>,
     verb: Name,
     req: hyper::Request<Incoming>,
-    peer: Option<u32>,
+    conn: Conn,
 ) -> Result<Response<Body>, Response<Body>> {
+    let peer = conn.uid;
     let a = api.clone();
     let r = run.clone();
     let pointer = match super::blocking(move || a.durable.pointer(&r)).await? {
@@ -217,6 +219,10 @@ pub async fn verb(
             let bad = bad(format!("{verb} is not a verb of this route"));
             return Err(refused(bad, Some(asked.by), asked.msg).await);
         }
+    };
+    let request = match sender_of(conn, verb).await {
+        Ok(pid) => request.relayed_for(pid),
+        Err(detail) => return Err(refused((StatusCode::FORBIDDEN, detail), Some(asked.by), asked.msg).await),
     };
     // A kill answers once the task's group is gone: the run's kill grace plus a margin.
     let budget = match verb {
@@ -297,6 +303,17 @@ async fn relay(
 }
 
 /// Logs a verb asked of `run` in plain strings, so `journalctl RUN_ID=… TASK=… VERB=…` finds it.
+/// For an operator-only verb, the pid of the API's own client: handed to the supervisor, which
+/// refuses it when it descends from one of the run's tasks (the API is only a relay, and an agent
+/// can reach it). `Err` (answered 403) when a local client cannot be placed: fail closed.
+async fn sender_of(conn: Conn, verb: Name) -> Result<Option<u32>, String> {
+    if verb.spec().sender != control::Sender::Operator {
+        return Ok(None);
+    }
+    let found = tokio::task::spawn_blocking(move || conn.sender_pid()).await.unwrap_or_else(|e| Err(e.to_string()));
+    found.map_err(|d| format!("{verb} refused: {d}; the operator's verbs need a sender the API can place"))
+}
+
 fn log_verb(run: &RunId, task: Option<&TaskId>, verb: Name, uid: &str, by: &str) {
     match task {
         Some(t) => {
@@ -341,8 +358,9 @@ pub async fn decide(
     task: TaskId,
     id: String,
     req: hyper::Request<Incoming>,
-    peer: Option<u32>,
+    conn: Conn,
 ) -> Result<Response<Body>, Response<Body>> {
+    let peer = conn.uid;
     let a = api.clone();
     let r = run.clone();
     let pointer = match super::blocking(move || a.durable.pointer(&r)).await? {
@@ -394,8 +412,13 @@ pub async fn decide(
     }
     tracing::info!(RUN_ID = %run, TASK = task.as_str(), VERB = "decide", APPROVAL = %id, by = %by, "decision");
     let sock = api.durable.home.socket_path(&run);
+    let for_pid = match sender_of(conn, Name::Decide).await {
+        Ok(pid) => pid,
+        Err(detail) => return Err(refused((StatusCode::FORBIDDEN, detail), Some(by)).await),
+    };
     let request =
-        Request::new(Act::Decide(control::Decide { task: task.clone(), id, allow, message }), Some(by.clone()));
+        Request::new(Act::Decide(control::Decide { task: task.clone(), id, allow, message }), Some(by.clone()))
+            .relayed_for(for_pid);
     let reply = match control::request(&sock, &request, timeouts::VERB_ANSWER).await {
         Ok(reply) => reply,
         Err(control::ClientError::NoAnswer { after, .. }) => {

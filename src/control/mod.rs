@@ -32,11 +32,14 @@ pub enum Takes {
 /// Who may send a verb.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sender {
-    /// The person (or UI) driving the run: the CLI, the API.
+    /// The person (or UI) driving the run, never the run's own tasks: refused to a peer that
+    /// descends from one of the run's processes (`decide`, `budget`, `resume`, `retry`, `skip`: what
+    /// the operator withholds, an agent may not grant itself).
     Operator,
     /// The agent's own tools from inside its turn (the MCP permission tool's `ask`).
     Agent,
-    /// Either (`status` reads only).
+    /// The person, or an agent's tools (`kill`, `steer`, `pause`…: it may stop or steer work, its
+    /// own included; `status` reads only).
     Anyone,
 }
 
@@ -108,14 +111,14 @@ macro_rules! verbs {
 
 verbs! {
     /// Ends a task's turn by killing its process group.
-    Kill => "kill", Task, Operator, Kill, ["task"];
+    Kill => "kill", Task, Anyone, Kill, ["task"];
     /// A message for a task: into its running turn, or its next one.
-    Steer => "steer", Task, Operator, Steer, ["task", "msg", "interrupt"];
+    Steer => "steer", Task, Anyone, Steer, ["task", "msg", "interrupt"];
     /// A live task's running turn is aborted; the process and session live on.
-    Interrupt => "interrupt", Task, Operator, Interrupt, ["task"];
-    Pause => "pause", No, Operator, Pause, [];
+    Interrupt => "interrupt", Task, Anyone, Interrupt, ["task"];
+    Pause => "pause", No, Anyone, Pause, [];
     Resume => "resume", No, Operator, Resume, [];
-    Stop => "stop", No, Operator, Stop, [];
+    Stop => "stop", No, Anyone, Stop, [];
     /// Where the run stands.
     Status => "status", No, Anyone, Other, [];
     /// A tool call of the task's running turn asks for permission (the MCP permission tool);
@@ -124,7 +127,7 @@ verbs! {
     /// The operator's decision on an asked call.
     Decide => "decide", Task, Operator, Other, ["task", "id", "decision", "message"];
     /// Ends a session run.
-    End => "end", No, Operator, End, [];
+    End => "end", No, Anyone, End, [];
     /// Sets the run's budget, or a task's, in US dollars; a run paused by a budget its spend no
     /// longer reaches resumes.
     Budget => "budget", OptionalTask, Operator, Budget, ["usd", "task"];
@@ -160,11 +163,19 @@ impl std::fmt::Display for Name {
 pub struct Request {
     pub act: Act,
     pub by: Option<String>,
+    /// The process a relay (the API) asks for: its own client's pid, judged by the operator-only
+    /// rule as the relay's own is (`for_pid` on the wire; absent: nobody else's).
+    pub for_pid: Option<u32>,
 }
 
 impl Request {
     pub fn new(act: Act, by: Option<String>) -> Request {
-        Request { act, by }
+        Request { act, by, for_pid: None }
+    }
+
+    /// The request relayed for the process `pid` (the API's peer, where it could tell it).
+    pub fn relayed_for(self, pid: Option<u32>) -> Request {
+        Request { for_pid: pid, ..self }
     }
 
     pub fn name(&self) -> Name {
@@ -422,6 +433,8 @@ struct Wire {
     usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    for_pid: Option<u32>,
 }
 
 impl Wire {
@@ -462,13 +475,13 @@ impl TryFrom<Wire> for Request {
         if let Some((field, _)) = w.given().iter().find(|(f, set)| *set && !fields.contains(f)) {
             return Err(format!("field {field} does not apply to {name}"));
         }
-        Ok(Request { act: Act::read(name, &w)?, by: w.by })
+        Ok(Request { act: Act::read(name, &w)?, by: w.by, for_pid: w.for_pid })
     }
 }
 
 impl From<Request> for Wire {
     fn from(r: Request) -> Wire {
-        let mut w = Wire { verb: r.verb().to_string(), by: r.by, ..Wire::default() };
+        let mut w = Wire { verb: r.verb().to_string(), by: r.by, for_pid: r.for_pid, ..Wire::default() };
         r.act.write(&mut w);
         w
     }

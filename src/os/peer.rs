@@ -7,8 +7,14 @@
 use std::net::{IpAddr, SocketAddr};
 
 /// The uid owning the socket at `peer` connected to `local` (both ends on this machine).
-#[cfg(target_os = "linux")]
 pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    tcp_peer(local, peer).map(|(uid, _)| uid)
+}
+
+/// The uid owning the socket at `peer` connected to `local`, and that socket's inode (which
+/// `socket_holder` turns into the process holding it).
+#[cfg(target_os = "linux")]
+pub fn tcp_peer(local: SocketAddr, peer: SocketAddr) -> Option<(u32, u32)> {
     if !peer.ip().is_loopback() || !local.ip().is_loopback() {
         return None;
     }
@@ -16,8 +22,52 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn tcp_peer_uid(_local: SocketAddr, _peer: SocketAddr) -> Option<u32> {
+pub fn tcp_peer(_local: SocketAddr, _peer: SocketAddr) -> Option<(u32, u32)> {
     None
+}
+
+/// A process holding the socket with `inode` open (`/proc/<pid>/fd/* -> socket:[inode]`), among
+/// the processes this one may look into (its own uid's; every one for root). `None` when no such
+/// process is seen. A scan of `/proc`: for the few requests that need to know who sent them.
+pub fn socket_holder(inode: u32) -> Option<u32> {
+    let want = format!("socket:[{inode}]");
+    let me = std::process::id();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+/// `pid`'s parent, from `/proc/<pid>/stat` (`None`: gone, or no `/proc`).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields follow its last `)`.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
+/// `pid` and its ancestors, nearest first, up to (not including) pid 1 or a pid that is gone:
+/// who a process descends from, which `setsid` does not change. At most 512 steps.
+pub fn ancestry(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut p = pid;
+    while p > 1 && out.len() < 512 && !out.contains(&p) {
+        out.push(p);
+        match parent_of(p) {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    out
 }
 
 /// This process's effective uid (the owner every peer is compared with).
@@ -60,7 +110,7 @@ mod diag {
     const TCP_TIME_WAIT: u8 = 6;
 
     /// Asks for the one TCP socket whose own address is `peer` and whose remote is `local`.
-    pub(super) fn lookup(local: SocketAddr, peer: SocketAddr) -> nix::Result<Option<u32>> {
+    pub(super) fn lookup(local: SocketAddr, peer: SocketAddr) -> nix::Result<Option<(u32, u32)>> {
         let fd =
             socket(AddressFamily::Netlink, SockType::Datagram, SockFlag::SOCK_CLOEXEC, SockProtocol::NetlinkSockDiag)?;
         let family: u8 = if peer.is_ipv4() { libc::AF_INET as u8 } else { libc::AF_INET6 as u8 };
@@ -95,7 +145,7 @@ mod diag {
         if buf[STATE_AT] == TCP_TIME_WAIT || word(INODE_AT) == 0 {
             return Ok(None);
         }
-        Ok(Some(word(UID_AT)))
+        Ok(Some((word(UID_AT), word(INODE_AT))))
     }
 }
 
@@ -129,6 +179,27 @@ mod tests {
         drop(s);
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(tcp_peer_uid(local, client), None);
+    }
+
+    #[test]
+    fn the_peer_socket_leads_to_its_holder_and_its_ancestry_to_us() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        // A child process holds the client socket: found by its inode, and it descends from us.
+        let port = l.local_addr().unwrap().port();
+        let mut child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec 3<>/dev/tcp/127.0.0.1/{port}; sleep 30"))
+            .spawn()
+            .unwrap();
+        let (s, peer) = l.accept().unwrap();
+        let (uid, inode) = tcp_peer(s.local_addr().unwrap(), peer).expect("the peer is found");
+        assert_eq!(uid, own_uid());
+        let holder = socket_holder(inode).expect("a holder");
+        let chain = ancestry(holder);
+        assert!(chain.contains(&std::process::id()), "{holder}'s ancestry {chain:?} reaches us");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(ancestry(std::process::id())[0], std::process::id());
     }
 
     #[test]

@@ -16,6 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 pub struct Envelope {
     pub req: Request,
     pub reply: oneshot::Sender<Reply>,
+    /// The connecting process (`SO_PEERCRED`), for the operator-only verbs' ancestry rule.
+    pub peer: Option<u32>,
 }
 
 /// Requests read off the socket and not yet answered on it. The supervisor waits (bounded) for them
@@ -129,7 +131,8 @@ async fn connection(
             Ok(req) => {
                 let sketch = Sketch::of(&req);
                 let (reply, rx) = oneshot::channel();
-                if tx.send(Envelope { req, reply }).await.is_err() {
+                let peer = peer.pid().and_then(|p| u32::try_from(p).ok());
+                if tx.send(Envelope { req, reply, peer }).await.is_err() {
                     let refusal = Refusal::by_state("run not live: the supervisor is shutting down");
                     on_record(&journal, sketch, refusal).into()
                 } else {

@@ -30,7 +30,7 @@ impl Scheduler {
 
     /// Answers one request (kill: once its task's pipeline has ended).
     pub(super) async fn handle(&mut self, env: Envelope) {
-        let Envelope { req, reply } = env;
+        let Envelope { req, reply, peer } = env;
         let by = journal::clip_by(req.by().filter(|b| !b.is_empty()).unwrap_or(DEFAULT_BY));
         match req.task() {
             Some(t) => {
@@ -39,6 +39,13 @@ impl Scheduler {
             None => tracing::info!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), by = %by, "control verb"),
         }
         self.idle_since = None;
+        if req.name().spec().sender == control::Sender::Operator
+            && let Some(refusal) = self.sent_from_inside(&req, [peer, req.for_pid])
+        {
+            tracing::warn!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), "{}", refusal.detail);
+            let _ = reply.send(Sketch::of(&req).journal(&self.ctx.journal, refusal).into());
+            return;
+        }
         let answer: Result<Answer, Refusal> = match &req.act {
             Act::Status(_) => Ok(self.status()),
             Act::Pause(_) => self.pause(true, &by),
@@ -84,6 +91,37 @@ impl Scheduler {
         // refusal is recorded here, before the answer.
         let answer = answer.map_err(|r| Sketch::of(&req).journal(&self.ctx.journal, r));
         let _ = reply.send(answer.map_or_else(Reply::from, Reply::from));
+    }
+
+    /// The refusal of an operator-only verb whose sender (the connecting process, or the one a
+    /// relay asks for) descends from a process of this run's: a task's wrapper, gate or setup, or
+    /// anything of theirs reparented to the supervisor (a child subreaper, so `setsid` does not
+    /// take a task's descendants out from under it). Names the task where the line of descent
+    /// says which.
+    fn sent_from_inside(&self, req: &control::Request, pids: [Option<u32>; 2]) -> Option<Refusal> {
+        let me = std::process::id();
+        let groups: Vec<(u32, TaskId)> = {
+            let running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
+            running.iter().filter_map(|(t, p)| Some((u32::try_from(p.pgid?).ok()?, t.clone()))).collect()
+        };
+        for pid in pids.into_iter().flatten() {
+            let chain = crate::os::peer::ancestry(pid);
+            // Index 0 is the sender itself: the supervisor asking its own socket is not inside.
+            let Some(at) = chain.iter().position(|p| *p == me).filter(|at| *at > 0) else { continue };
+            let task = chain[..at].iter().find_map(|p| groups.iter().find(|(g, _)| g == p));
+            let whose = match task {
+                Some((root, t)) => format!("task {t}'s process {root}"),
+                None => "a process of the run's (a task's descendant, reparented to the supervisor)".to_string(),
+            };
+            return Some(Refusal::new(
+                control::RefusalKind::Foreign,
+                format!(
+                    "{} refused: it comes from inside the run (pid {pid} descends from {whose}): the operator decides this, not an agent",
+                    req.verb()
+                ),
+            ));
+        }
+        None
     }
 
     fn status(&self) -> Answer {

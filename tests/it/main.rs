@@ -19,6 +19,7 @@ mod live_channel;
 mod normalize;
 mod notify;
 mod openapi;
+mod operator;
 mod overview;
 mod private;
 mod protocol;
