@@ -32,6 +32,9 @@ const DELTA_MAX: usize = 16;
 const LAG: usize = 8192;
 /// Checkpoints older than this are removed when a scanner starts.
 const CHECKPOINT_TTL: Duration = Duration::from_secs(7 * 86_400);
+/// The checkpoint directory's cap: past it, the least recently used are removed (down to 3/4 of
+/// it). A client whose checkpoint went gets a full catch-up, never a wrong one.
+const CHECKPOINT_CAP: u64 = 64 << 20;
 
 /// Lines delivered per run.
 type Vector = BTreeMap<String, u64>;
@@ -73,49 +76,141 @@ impl Cursor {
 }
 
 /// A checkpoint file: the lines delivered per run, by run. Its name is a hash of its bytes, so the
-/// fields keep the order that makes a vector's bytes the same in every API process.
+/// fields keep the order that makes a vector's bytes the same in every API process. A catch-up's
+/// checkpoint also holds `from`, where its client started (see `CatchUp`).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Checkpoint {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    from: Vec<(String, u64)>,
     runs: Vec<(String, u64)>,
     /// `watch-checkpoint/v1`.
     v: String,
 }
 
-/// Writes (or finds) the checkpoint of `v`: a cursor with an empty delta.
-fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
+/// Writes (or finds, touched) the checkpoint file of `c`: its name.
+fn write_checkpoint(dir: &Path, c: &Checkpoint) -> std::io::Result<String> {
     use sha2::Digest;
-    let base: Vec<(String, u64)> = v.iter().map(|(r, l)| (r.clone(), *l)).collect();
-    let file = Checkpoint { runs: base, v: "watch-checkpoint/v1".into() };
-    let body = serde_json::to_vec(&file).expect("a checkpoint serializes");
+    let body = serde_json::to_vec(c).expect("a checkpoint serializes");
     let hash = sha2::Sha256::digest(&body);
     let name: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let path = dir.join(format!("{name}.json"));
     if !path.exists() {
         crate::os::home::private_dir(dir)?;
         crate::os::home::write_atomic(&path, &body, 0o600)?;
+        cap(dir, CHECKPOINT_CAP);
     } else {
-        // Touched, so the clean-up at start keeps what is in use.
+        // Touched, so the clean-up keeps what is in use.
         let _ = std::fs::File::options()
             .append(true)
             .open(&path)
             .and_then(|f| f.set_modified(std::time::SystemTime::now()));
     }
+    Ok(name)
+}
+
+/// Keeps the checkpoint directory under `limit` bytes: the least recently used files go first,
+/// down to 3/4 of it.
+fn cap(dir: &Path, limit: u64) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| (m.modified().unwrap_or(std::time::UNIX_EPOCH), m.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    if total <= limit {
+        return;
+    }
+    files.sort();
+    for (_, len, path) in files {
+        if total <= limit / 4 * 3 {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
+    }
+}
+
+/// Writes (or finds) the checkpoint of `v`: a cursor with an empty delta.
+fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
+    let base: Vec<(String, u64)> = v.iter().map(|(r, l)| (r.clone(), *l)).collect();
+    let file = Checkpoint { from: Vec::new(), runs: base, v: "watch-checkpoint/v1".into() };
+    let name = write_checkpoint(dir, &file)?;
     Ok(Cursor { ckpt: name, base: file.runs, delta: BTreeMap::new() })
 }
 
-/// Reads a cursor a client sent: 400-worthy text when it is not one, or names a checkpoint that is
-/// gone.
-fn parse_cursor(dir: &Path, id: &str) -> Result<Vector, String> {
-    let bad = || format!("Last-Event-ID {id:?} is not a /watch cursor (w1.<checkpoint>.<delta>)");
-    let rest = id.strip_prefix("w1.").ok_or_else(bad)?;
+/// A catch-up's one checkpoint: where its client started (`from`) and the present it catches up
+/// to (`runs`, in order). Its ids are `w2.<checkpoint>.<k>:<line>`: the runs before the k-th at the
+/// present, the k-th at `line`, the rest where the client started. So a catch-up over 10,000 runs
+/// writes one file, not one per 17 runs.
+struct CatchUp {
+    ckpt: String,
+}
+
+impl CatchUp {
+    fn id(&self, k: usize, line: u64) -> String {
+        format!("w2.{}.{k}:{line}", self.ckpt)
+    }
+}
+
+/// Reads a `w2` cursor's vector from its checkpoint.
+fn catch_up_vector(c: Checkpoint, k: usize, line: u64) -> Vector {
+    let mut v: Vector = c.from.into_iter().collect();
+    for (i, (run, l)) in c.runs.into_iter().enumerate() {
+        match i.cmp(&k) {
+            std::cmp::Ordering::Less => {
+                v.insert(run, l);
+            }
+            std::cmp::Ordering::Equal => {
+                v.insert(run, line);
+            }
+            std::cmp::Ordering::Greater => {}
+        }
+    }
+    v
+}
+
+/// What a client's cursor names: its vector, or a checkpoint this home no longer holds (removed by
+/// the cap or the age limit): then the client gets a full catch-up.
+enum Named {
+    At(Vector),
+    Gone(String),
+}
+
+/// Reads a cursor a client sent: 400-worthy text when it is not one.
+fn parse_cursor(dir: &Path, id: &str) -> Result<Named, String> {
+    let bad = || {
+        format!("Last-Event-ID {id:?} is not a /watch cursor (w1.<checkpoint>.<delta> or w2.<checkpoint>.<k>:<line>)")
+    };
+    let (w2, rest) = match (id.strip_prefix("w1."), id.strip_prefix("w2.")) {
+        (Some(r), _) => (false, r),
+        (None, Some(r)) => (true, r),
+        (None, None) => return Err(bad()),
+    };
     let (ckpt, delta) = rest.split_once('.').ok_or_else(bad)?;
     if ckpt.len() != 16 || !ckpt.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
-    let body = std::fs::read(dir.join(format!("{ckpt}.json")))
-        .map_err(|_| format!("cursor {id:?} names checkpoint {ckpt}, which this home does not hold (expired?): reconnect with ?since=now, or without a cursor to read everything"))?;
-    let base =
-        serde_json::from_slice::<Checkpoint>(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?.runs;
+    let at = if w2 {
+        let (k, line) = delta.split_once(':').ok_or_else(bad)?;
+        Some((k.parse::<usize>().map_err(|_| bad())?, line.parse::<u64>().map_err(|_| bad())?))
+    } else {
+        None
+    };
+    let Ok(body) = std::fs::read(dir.join(format!("{ckpt}.json"))) else {
+        return Ok(Named::Gone(ckpt.to_string()));
+    };
+    let c = serde_json::from_slice::<Checkpoint>(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?;
+    if let Some((k, line)) = at {
+        if k >= c.runs.len() {
+            return Err(bad());
+        }
+        return Ok(Named::At(catch_up_vector(c, k, line)));
+    }
+    let base = c.runs;
     let mut vec: Vector = base.iter().cloned().collect();
     for part in delta.split(',').filter(|p| !p.is_empty()) {
         let (who, line) = part.rsplit_once(':').ok_or_else(bad)?;
@@ -126,7 +221,7 @@ fn parse_cursor(dir: &Path, id: &str) -> Result<Vector, String> {
         };
         vec.insert(run, line);
     }
-    Ok(vec)
+    Ok(Named::At(vec))
 }
 
 /// One broadcast record.
@@ -377,22 +472,26 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
         };
         (tx.subscribe(), present, st.seq)
     };
-    let from: Vector = match (&last, since_now) {
+    let (from, gone): (Vector, Option<String>) = match (&last, since_now) {
         (Some(id), _) => {
             let (dir, id) = (hub.dir.clone(), id.clone());
-            tokio::task::spawn_blocking(move || parse_cursor(&dir, &id))
+            let named = tokio::task::spawn_blocking(move || parse_cursor(&dir, &id))
                 .await
                 .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-                .map_err(|e| error_response(StatusCode::BAD_REQUEST, e))?
+                .map_err(|e| error_response(StatusCode::BAD_REQUEST, e))?;
+            match named {
+                Named::At(v) => (v, None),
+                Named::Gone(ckpt) => (Vector::new(), Some(ckpt)),
+            }
         }
-        (None, true) => present.iter().map(|(r, _, l)| (r.to_string(), *l)).collect(),
-        (None, false) => Vector::new(),
+        (None, true) => (present.iter().map(|(r, _, l)| (r.to_string(), *l)).collect(), None),
+        (None, false) => (Vector::new(), None),
     };
     // The catch-up comes from a task reading the journals; then the live records straight from the
     // broadcast (no task between it and the connection).
     let (tx, out) = mpsc::channel::<Bytes>(64);
     let catch_up = futures_util::stream::unfold(out, |mut out| async move { out.recv().await.map(|b| (b, out)) });
-    tokio::spawn(catch_up_task(hub, present, from, tx));
+    tokio::spawn(catch_up_task(hub, present, from, gone, tx));
     let live = futures_util::stream::unfold(rx, move |mut rx| async move {
         loop {
             match rx.recv().await {
@@ -416,42 +515,96 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
 
 /// One watcher's catch-up: from `from` to the present, read from the journals, with cursors of its
 /// own (the live records that follow build on that present).
-async fn catch_up_task(hub: Arc<Hub>, present: Vec<(RunId, PathBuf, u64)>, from: Vector, tx: mpsc::Sender<Bytes>) {
+async fn catch_up_task(
+    hub: Arc<Hub>,
+    mut present: Vec<(RunId, PathBuf, u64)>,
+    from: Vector,
+    gone: Option<String>,
+    tx: mpsc::Sender<Bytes>,
+) {
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
+    }
+    if let Some(ckpt) = gone {
+        let note = format!(
+            ": the cursor's checkpoint {ckpt} is gone (removed by the cap or the age limit): a full catch-up follows; records you have come again (the same run and line)\n\n"
+        );
+        if tx.send(Bytes::from(note)).await.is_err() {
+            return;
+        }
     }
     // A cursor past a journal's end names a journal since replaced: its lines are all new.
     let had = |r: &RunId, upto: u64| from.get(r.as_str()).copied().filter(|&h| h <= upto).unwrap_or(0);
     let behind = present.iter().any(|(r, _, l)| had(r, *l) < *l);
-    if behind {
-        // The client's own vector, checkpointed, moves line by line to the present.
-        let dir = hub.dir.clone();
-        let start: Vector = present.iter().map(|(r, _, l)| (r.to_string(), had(r, *l))).collect();
-        let cursor = tokio::task::spawn_blocking(move || checkpoint(&dir, &start)).await;
-        let Ok(Ok(mut cursor)) = cursor else { return };
-        for (run, path, upto) in &present {
-            let have = had(run, *upto);
-            if have >= *upto {
+    if !behind {
+        return;
+    }
+    // One checkpoint for the whole catch-up: where the client starts and the present, in the
+    // order the catch-up goes. Written off the async workers.
+    present.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let c = Checkpoint {
+        from: present.iter().map(|(r, _, l)| (r.to_string(), had(r, *l))).filter(|(_, h)| *h > 0).collect(),
+        runs: present.iter().map(|(r, _, l)| (r.to_string(), *l)).collect(),
+        v: "watch-checkpoint/v1".into(),
+    };
+    let dir = hub.dir.clone();
+    let Ok(Ok(ckpt)) = tokio::task::spawn_blocking(move || write_checkpoint(&dir, &c)).await else { return };
+    let cu = CatchUp { ckpt };
+    for (k, (run, path, upto)) in present.iter().enumerate() {
+        let have = had(run, *upto);
+        if have >= *upto {
+            continue;
+        }
+        let p = path.clone();
+        let bytes = tokio::task::spawn_blocking(move || std::fs::read(p).unwrap_or_default()).await.unwrap_or_default();
+        for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+            let line = i as u64 + 1;
+            if line <= have {
                 continue;
             }
-            let p = path.clone();
-            let bytes =
-                tokio::task::spawn_blocking(move || std::fs::read(p).unwrap_or_default()).await.unwrap_or_default();
-            for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
-                let line = i as u64 + 1;
-                if line <= have {
-                    continue;
-                }
-                if line > *upto {
-                    break;
-                }
-                if cursor.advance(&hub.dir, run.as_str(), line).is_err() {
-                    return;
-                }
-                if tx.send(frame(&cursor.id(), run, line, raw)).await.is_err() {
-                    return;
-                }
+            if line > *upto {
+                break;
+            }
+            if tx.send(frame(&cu.id(k, line), run, line, raw)).await.is_err() {
+                return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_removes_the_least_recently_used_first_down_to_three_quarters() {
+        let d = tempfile::tempdir().unwrap();
+        let t0 = std::time::SystemTime::now() - Duration::from_secs(1000);
+        for i in 0..10u64 {
+            let p = d.path().join(format!("{i}.json"));
+            std::fs::write(&p, vec![b'x'; 100]).unwrap();
+            std::fs::File::options().append(true).open(&p).unwrap().set_modified(t0 + Duration::from_secs(i)).unwrap();
+        }
+        cap(d.path(), 2000);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 10, "under the cap: nothing goes");
+        cap(d.path(), 800);
+        let mut left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["4.json", "5.json", "6.json", "7.json", "8.json", "9.json"], "the oldest went, to 600 bytes");
+    }
+
+    #[test]
+    fn a_catch_up_id_names_the_present_before_k_and_the_start_after() {
+        let c = Checkpoint {
+            from: vec![("c".into(), 2)],
+            runs: vec![("a".into(), 5), ("b".into(), 6), ("c".into(), 7)],
+            v: "watch-checkpoint/v1".into(),
+        };
+        let v = catch_up_vector(c, 1, 3);
+        assert_eq!(v, Vector::from([("a".into(), 5), ("b".into(), 3), ("c".into(), 2)]));
     }
 }

@@ -154,7 +154,8 @@ impl Tally {
         self.offset += end as u64 + 1;
     }
 
-    fn line(&mut self, line: &[u8]) {
+    /// Consumes one complete line (without its newline); the caller moves `offset` past it.
+    pub fn line(&mut self, line: &[u8]) {
         if line.starts_with(b"{\"harness\":\"exit\"") {
             if let Fold::Claude(f) = &mut self.fold {
                 f.process_ended();

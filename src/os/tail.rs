@@ -215,6 +215,84 @@ pub fn read_from(path: &Path, from: u64, upto: Option<u64>) -> Vec<u8> {
     buf
 }
 
+/// How much of a file the bounded readers hold at once.
+pub const CHUNK: usize = 256 * 1024;
+
+/// The longest line the bounded readers hand on; a longer one is skipped whole (no engine line of
+/// interest is that long: a usage, result or rate-limit line is a few KiB).
+pub const MAX_LINE: usize = 8 << 20;
+
+/// Calls `on_line` with each complete line (without its newline) of `path` between byte `from`
+/// and `upto`, reading `CHUNK` bytes at a time: memory stays bounded by `CHUNK + MAX_LINE`
+/// whatever the file's size. A line longer than `MAX_LINE` is skipped. Returns the offset just past
+/// the last complete line seen (`from` when none): a last line without its newline is left for the
+/// next look.
+pub fn each_line(path: &Path, from: u64, upto: u64, mut on_line: impl FnMut(&[u8])) -> u64 {
+    let Ok(mut f) = File::open(path) else { return from };
+    if upto <= from || f.seek(SeekFrom::Start(from)).is_err() {
+        return from;
+    }
+    let mut f = f.take(upto - from);
+    let mut chunk = vec![0u8; CHUNK];
+    let (mut line, mut skipping) = (Vec::new(), false);
+    let (mut pos, mut done) = (from, from);
+    loop {
+        let n = match f.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', &chunk[..n]) {
+            if !skipping && line.len() + (nl - start) <= MAX_LINE {
+                if line.is_empty() {
+                    on_line(&chunk[start..nl]);
+                } else {
+                    line.extend_from_slice(&chunk[start..nl]);
+                    on_line(&line);
+                }
+            }
+            line.clear();
+            skipping = false;
+            start = nl + 1;
+            done = pos + nl as u64 + 1;
+        }
+        if !skipping {
+            line.extend_from_slice(&chunk[start..n]);
+            if line.len() > MAX_LINE {
+                line = Vec::new();
+                skipping = true;
+            }
+        }
+        pos += n as u64;
+    }
+    done
+}
+
+/// The last complete lines of `path` from byte `from` on, at most `budget` bytes of them (older
+/// lines dropped first), newline-separated: what a check of a turn's end reads, bounded however
+/// long the turn ran.
+pub fn last_lines(path: &Path, from: u64, budget: usize) -> Vec<u8> {
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    let mut kept: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+    let mut size = 0usize;
+    each_line(path, from, len, |l| {
+        if l.len() + 1 > budget {
+            return;
+        }
+        size += l.len() + 1;
+        kept.push_back(l.to_vec());
+        while size > budget {
+            size -= kept.pop_front().map_or(0, |d| d.len() + 1);
+        }
+    });
+    let mut out = Vec::with_capacity(size);
+    for l in kept {
+        out.extend_from_slice(&l);
+        out.push(b'\n');
+    }
+    out
+}
+
 /// One inotify watcher for the whole process: streams subscribe to a path and get a wake-up
 /// whenever something in its directory changes. Without inotify, subscribers fall back to polling.
 pub struct WatchHub {
@@ -265,6 +343,29 @@ impl WatchHub {
         *dirs.get_mut(&dir).expect("inserted") += 1;
         let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
         Some(senders.entry(path.to_path_buf()).or_insert_with(|| broadcast::channel(16).0).subscribe())
+    }
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+
+    #[test]
+    fn each_line_hands_on_every_complete_line_across_chunks_and_skips_a_giant_one() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let mut text = Vec::new();
+        let long = "x".repeat(CHUNK + 10);
+        text.extend_from_slice(format!("a\n{long}\nb\n").as_bytes());
+        text.extend(std::iter::repeat_n(b'y', MAX_LINE + 1));
+        text.extend_from_slice(b"\nc\npartial");
+        std::fs::write(&p, &text).unwrap();
+        let mut got = Vec::new();
+        let end = each_line(&p, 0, text.len() as u64, |l| got.push(l.len()));
+        assert_eq!(got, vec![1, CHUNK + 10, 1, 1], "the giant line skipped, the partial one held");
+        assert_eq!(end, text.len() as u64 - "partial".len() as u64);
+        let tail = last_lines(&p, 0, 4);
+        assert_eq!(tail, b"b\nc\n");
     }
 }
 

@@ -84,8 +84,9 @@ pub fn carry_on(known: Option<(FileMark, Tally)>, adapter: Adapter, log: &Path) 
 
 fn advance(mut tally: Tally, log: &Path, len: u64) -> Tally {
     if tally.offset < len {
-        let buf = crate::os::tail::read_from(log, tally.offset, Some(len));
-        tally.feed(&buf);
+        // Line by line in bounded chunks: the first look at a 1 GB log holds 256 KiB, not 1 GB.
+        let end = crate::os::tail::each_line(log, tally.offset, len, |l| tally.line(l));
+        tally.offset = end;
     }
     tally
 }

@@ -164,8 +164,15 @@ impl Driver<'_> {
         for id in std::mem::take(&mut self.waiting).into_keys() {
             super::approvals::expire(self.ctx, self.task, &id, "the turn ended before a decision");
         }
-        for line in read_lines(&self.log, &mut file, &mut self.offset, &mut partial) {
-            self.receipt(&line);
+        // To the log's end, a bite at a time.
+        loop {
+            let before = self.offset;
+            for line in read_lines(&self.log, &mut file, &mut self.offset, &mut partial) {
+                self.receipt(&line);
+            }
+            if self.offset == before {
+                break;
+            }
         }
     }
 
@@ -349,12 +356,19 @@ fn read_lines(log: &Path, file: &mut Option<std::fs::File>, offset: &mut u64, pa
         *file = std::fs::File::open(log).ok();
     }
     let Some(f) = file.as_mut() else { return Vec::new() };
+    // A bounded bite per look (the next look reads on): the first look at a long session's log
+    // does not hold it whole.
     let mut buf = Vec::new();
-    if f.seek(SeekFrom::Start(*offset)).is_err() || f.read_to_end(&mut buf).is_err() {
+    let bite = (crate::os::tail::CHUNK * 16) as u64;
+    if f.seek(SeekFrom::Start(*offset)).is_err() || f.take(bite).read_to_end(&mut buf).is_err() {
         return Vec::new();
     }
     *offset += buf.len() as u64;
     partial.extend_from_slice(&buf);
+    if partial.len() > crate::os::tail::MAX_LINE && !partial.contains(&b'\n') {
+        // A line too long to be one of interest: dropped (its rest fails to parse and is skipped).
+        partial.clear();
+    }
     let Some(end) = partial.iter().rposition(|&b| b == b'\n') else { return Vec::new() };
     let complete: Vec<u8> = partial.drain(..=end).collect();
     complete

@@ -599,8 +599,9 @@ async fn turn(
     if let Some(by) = ctx.interrupted_by(id) {
         return Err(ctx.halt(id, rc, format!("interrupted by {by}"), session));
     }
-    // Only this turn's lines (the log holds every earlier turn too).
-    let turn_lines = crate::os::tail::read_from(&logfile, offset, None);
+    // Only this turn's lines (the log holds every earlier turn too), and of a long turn only its
+    // last lines: where its end, error and rate limit are (a session may run for days).
+    let turn_lines = crate::os::tail::last_lines(&logfile, offset, TURN_TAIL);
     if let Some(l) = crate::engine::ratelimit::of_turn(task.adapter, &turn_lines) {
         return Err(rate_limited(ctx, id, rc, &l, session));
     }
@@ -621,6 +622,9 @@ async fn turn(
     ctx.append(implemented(id, &session, &status))?;
     Ok((session, status.files))
 }
+
+/// How much of a turn's end the turn-end checks (rate limit, the engine's error) read.
+const TURN_TAIL: usize = 8 << 20;
 
 /// Longest engine text a halt's detail carries.
 const ENGINE_WORDS_MAX: usize = 300;
@@ -1237,17 +1241,19 @@ async fn run_setup(ctx: &Ctx, task: &Task, setup: &str, cwd: &Path, session: Opt
 /// A wrapper killed hard (or before its trap was set) writes no exit marker: the supervisor, now the
 /// log's only writer, appends it so every turn's stream ends with `exit`.
 fn ensure_exit_marker(log: &Path, offset: u64, rc: i32, session: Option<&str>) {
-    use std::io::{Read, Seek, Write};
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
     let Ok(mut f) = std::fs::OpenOptions::new().read(true).append(true).open(log) else { return };
-    let mut turn = Vec::new();
-    if f.seek(std::io::SeekFrom::Start(offset)).is_err() || f.read_to_end(&mut turn).is_err() {
+    let Ok(len) = f.metadata().map(|m| m.len()) else { return };
+    // Line by line, bounded: the turn may be gigabytes.
+    let mut marked = false;
+    crate::os::tail::each_line(log, offset, len, |l| marked |= l.starts_with(b"{\"harness\":\"exit\""));
+    if marked {
         return;
     }
-    if turn.split(|&b| b == b'\n').any(|l| l.starts_with(b"{\"harness\":\"exit\"")) {
-        return;
-    }
+    let mut last = [0u8; 1];
     let mut line = Vec::new();
-    if !turn.is_empty() && !turn.ends_with(b"\n") {
+    if len > offset && f.read_exact_at(&mut last, len - 1).is_ok() && last[0] != b'\n' {
         line.push(b'\n');
     }
     let marker = match session {

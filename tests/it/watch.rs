@@ -136,9 +136,16 @@ fn watch_is_exact_across_an_api_restart_while_three_runs_move() {
     let bad = api.get("/watch?lastEventId=nope");
     assert_eq!(bad.status, 400);
     assert!(bad.json()["detail"].as_str().unwrap().contains("is not a /watch cursor"), "{}", bad.text());
-    let gone = api.get("/watch?lastEventId=w1.0123456789abcdef.");
-    assert_eq!(gone.status, 400);
-    assert!(gone.json()["detail"].as_str().unwrap().contains("does not hold"), "{}", gone.text());
+    // A cursor whose checkpoint is gone (the directory's cap, the age limit): a full catch-up,
+    // said first; never a wrong one.
+    let mut gone = SseConn::open(api.port, "/watch?lastEventId=w1.0123456789abcdef.", &[]);
+    assert_eq!(gone.status, 200);
+    let (mut again, mut l) = (Vec::new(), None);
+    read(&mut gone, &mut again, &mut l, Instant::now() + Duration::from_secs(2));
+    let total: usize = all.iter().map(|(_, path)| json_lines(path).len()).sum();
+    assert_eq!(again.len(), total, "every record of every run again");
+    let bad = api.get("/watch?lastEventId=w2.0123456789abcdef.x");
+    assert_eq!(bad.status, 400, "{}", bad.text());
 }
 
 #[test]
@@ -216,4 +223,55 @@ fn a_journal_replaced_under_the_watch_is_followed_again_from_its_first_line() {
     let lines: Vec<u64> = again.iter().map(|e| e["line"].as_u64().unwrap()).collect();
     assert_eq!(lines, vec![1, 2, 3], "the rewritten journal's lines, from its first: {again:?}");
     assert_eq!(again[0]["record"]["by"], "again");
+}
+
+/// Reads up to `n` events (fewer when the stream goes quiet).
+fn take(c: &mut SseConn, n: usize, got: &mut Vec<Value>, last: &mut Option<String>) -> usize {
+    c.stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut k = 0;
+    while k < n {
+        let Some(e) = c.next_event() else { break };
+        got.push(serde_json::from_str(&e.data).unwrap());
+        *last = e.id;
+        k += 1;
+    }
+    k
+}
+
+#[test]
+fn a_catch_up_cut_anywhere_resumes_exactly_and_writes_one_checkpoint_each() {
+    let b = Bench::new();
+    install_fixture_runs(&b.home());
+    let api = ApiProc::start(&b.home(), &[]);
+    let watch_dir = b.home().join("watch");
+    // The whole record, read in one go.
+    let mut all = Vec::new();
+    let mut c = SseConn::open(api.port, "/watch", &[]);
+    take(&mut c, usize::MAX, &mut all, &mut None);
+    drop(c);
+    assert!(all.len() > 20, "the fixture runs have records: {}", all.len());
+    let files = || std::fs::read_dir(&watch_dir).map(|d| d.count()).unwrap_or(0);
+    let before = files();
+    // Again, cut every 7 events and resumed with the last id each time.
+    let (mut got, mut last, mut resumes) = (Vec::new(), None, 0);
+    loop {
+        let headers: Vec<(&str, &str)> = last.as_deref().map(|l| vec![("Last-Event-ID", l)]).unwrap_or_default();
+        let mut c = SseConn::open(api.port, "/watch", &headers);
+        assert_eq!(c.status, 200);
+        if take(&mut c, 7, &mut got, &mut last) == 0 {
+            break;
+        }
+        resumes += 1;
+        assert!(resumes < 1000, "no end");
+    }
+    assert!(last.as_deref().is_some_and(|l| l.starts_with("w2.")), "catch-up ids: {last:?}");
+    let key = |e: &Value| (e["run"].as_str().unwrap().to_string(), e["line"].as_u64().unwrap());
+    let mut want: Vec<_> = all.iter().map(key).collect();
+    let mut have: Vec<_> = got.iter().map(key).collect();
+    want.sort();
+    have.sort();
+    assert_eq!(have, want, "every record once, none twice, none missing");
+    // One checkpoint per catch-up at most (content-addressed: catch-ups to the same present from
+    // the same place share one).
+    assert!(files() <= before + resumes, "{} files after {resumes} catch-ups (from {before})", files());
 }
