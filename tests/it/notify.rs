@@ -210,3 +210,37 @@ fn an_invalid_notify_json_is_said_once_and_what_happened_meanwhile_goes_out_once
     control(&b.sock(), &json!({"verb":"stop"}));
     sup.wait_exit(T);
 }
+
+#[test]
+fn a_webhook_url_is_never_on_a_command_line() {
+    use std::io::Read;
+    let b = Bench::new();
+    // A receiver that takes the request and holds the answer, so the delivery is seen in flight.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let secret = "T000/B000/s3cret-webhook-path";
+    let config = json!({"v":"notify/v1","hooks":[{"on":["run_finished"],"webhook":format!("http://127.0.0.1:{port}/hooks/{secret}")}]});
+    std::fs::write(b.home().join("notify.json"), config.to_string()).unwrap();
+    let child = harness(&b.home())
+        .args(["notify", "test"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _p = Proc { child };
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut got = vec![0u8; 8192];
+    let n = s.read(&mut got).unwrap();
+    let request = String::from_utf8_lossy(&got[..n]).into_owned();
+    assert!(request.contains(secret), "the delivery is the one watched: {request}");
+    // While it is in flight, no process's command line holds the URL.
+    let mut seen_curl = false;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        seen_curl |= cmd.starts_with("curl ");
+        assert!(!cmd.contains("s3cret"), "on a command line: {cmd}");
+    }
+    assert!(seen_curl, "the delivery's curl was looked at");
+}
