@@ -46,8 +46,9 @@ pub(super) fn wave_of(r: &views::RunSummary<impl Sized>) -> String {
 }
 
 /// A run's committed tasks of its tasks.
+/// Tasks done of the run's: committed, and skipped (their wave counts them done).
 pub(super) fn done_of(r: &views::RunSummary<impl Sized>) -> String {
-    format!("{}/{}", r.counts.committed, r.tasks)
+    format!("{}/{}", r.counts.committed + r.counts.skipped, r.tasks)
 }
 
 /// Every run `query` matches (at most `limit`), newest activity first, fetched page by page.
@@ -275,6 +276,14 @@ pub(super) fn control_verb(run: &str, act: Act) -> Result<(), CliError> {
     let sock = home.socket_path(&p.run_id);
     // A run whose supervisor is gone is stopped here, as its supervisor would have.
     if matches!(act, Act::Stop(_)) && !control::is_live(&sock) {
+        // Stopping a run that is over already is done: said, exit 0 (a script's second `stop`).
+        let status = crate::state::journal::Journal::open(&p.journal_path()).and_then(|j| j.view()).map(|v| v.status);
+        if let Ok(s) = status
+            && s.is_over()
+        {
+            out(&format!("run {}: already {}; nothing to do", p.run_id, s.as_str()));
+            return Ok(());
+        }
         let done = client_rt()?
             .block_on(crate::supervisor::abandoned::stop(&home, &p.run_id, "cli"))
             .map_err(|e| CliError::Failed(format!("run {} is not live and cannot be stopped: {e}", p.run_id)))?;

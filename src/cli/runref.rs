@@ -1,6 +1,6 @@
-//! What a person types for a run: its full runId, a unique prefix of it, or a slug — an exact slug
-//! first, else the newest run of the plan whose slug it is (`base_slug`), runs of the current
-//! repository preferred. An ambiguous reference is a usage error listing the candidates.
+//! What a person types for a run: its full runId, a slug, or a unique prefix of the runId — an
+//! exact slug first, then the newest run of the plan whose slug it is (`base_slug`), then a runId
+//! prefix; runs of the current repository preferred. An ambiguous reference is a usage error listing the candidates.
 
 use super::error::{CliError, usage};
 use super::local::home;
@@ -46,10 +46,6 @@ fn pick(reference: &str, all: &[Pointer], here: Option<&std::path::Path>) -> Res
     if let Some(r) = choose(slug, "slug") {
         return r;
     }
-    let prefix: Vec<&Pointer> = all.iter().filter(|p| p.run_id.as_str().starts_with(reference)).collect();
-    if let Some(r) = choose(prefix, "runId prefix") {
-        return r;
-    }
     // A plan's runs: the newest of each repository's, then the current repository's.
     let mut plan: Vec<&Pointer> = all.iter().filter(|p| p.plan_slug().as_str() == reference).collect();
     plan.sort_by(|a, b| b.created.cmp(&a.created));
@@ -60,6 +56,11 @@ fn pick(reference: &str, all: &[Pointer], here: Option<&std::path::Path>) -> Res
         }
     }
     if let Some(r) = choose(newest, "plan") {
+        return r;
+    }
+    // After the slugs: a plan named `cafe` or `add` is not taken for a runId prefix.
+    let prefix: Vec<&Pointer> = all.iter().filter(|p| p.run_id.as_str().starts_with(reference)).collect();
+    if let Some(r) = choose(prefix, "runId prefix") {
         return r;
     }
     Err(usage(format!(

@@ -28,11 +28,19 @@ pub async fn stop(home: &Home, run: &RunId, by: &str) -> Result<Vec<String>, Str
         .as_ref()
         .and_then(|l| l.kill_grace_ms)
         .map_or(crate::timeouts::KILL_GRACE, std::time::Duration::from_millis);
+    // What recovery would kill, by the same rules: a recorded group only while it is still ours
+    // (never a recycled one), and turns liveness never recorded, by their prompt files.
+    let wrappers = crate::wrapper::wrappers_dir().unwrap_or_default();
     for (task, t) in live.as_ref().map(|l| l.tasks.clone()).unwrap_or_default() {
-        if kill::group_alive(t.pgid) {
+        if super::recover::orphaned_turn(&t, &wrappers, run) {
             kill::kill_group(t.pgid, grace).await;
             did.push(format!("killed the orphaned turn of {task} (process group {})", t.pgid));
         }
+    }
+    let prompts = format!("{}/", pointer.prompts_dir().display());
+    for pgid in kill::groups_mentioning(&prompts) {
+        kill::kill_group(pgid, grace).await;
+        did.push(format!("killed an unrecorded turn of the run (process group {pgid})"));
     }
     let fail = |e: crate::state::journal::JournalError| e.to_string();
     journal.append(&Record::control(Verb::Stop, by, Outcome::Accepted).into()).map_err(fail)?;

@@ -26,9 +26,7 @@ impl Scheduler {
                     // A group whose leader (the wrapper) is dead but which still has members is the
                     // wrapper's leftovers (a live group id is never handed to another process);
                     // a live leader must still look like a wrapper (not a recycled pid).
-                    let leader_dead = !liveness::pid_alive(t.pid);
-                    if kill::group_alive(t.pgid) && (leader_dead || looks_like_ours(t.pid, &ctx.wrappers, &ctx.run_id))
-                    {
+                    if orphaned_turn(t, &ctx.wrappers, &ctx.run_id) {
                         tracing::warn!(RUN_ID = %ctx.run_id, TASK = %task, pgid = t.pgid, "killing an orphaned turn of a previous supervisor");
                         kill::kill_group(t.pgid, ctx.kill_grace).await;
                     }
@@ -112,6 +110,15 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// Whether the turn liveness recorded for a task is still there to be killed: its group has members
+/// and is ours — its leader (the wrapper) dead but the group alive (a live group id is never handed
+/// to another process), or a live leader that still looks like a step of this run (not a recycled
+/// pid).
+pub(super) fn orphaned_turn(t: &liveness::TaskLiveness, wrappers: &Path, run: &crate::ids::RunId) -> bool {
+    let leader_dead = !liveness::pid_alive(t.pid);
+    kill::group_alive(t.pgid) && (leader_dead || looks_like_ours(t.pid, wrappers, run))
 }
 
 /// A pid that is one of this run's steps: a wrapper script of ours (by its full path) or a gate or

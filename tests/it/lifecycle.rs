@@ -301,6 +301,12 @@ fn a_run_whose_supervisor_is_gone_says_so_and_stop_ends_it() {
     assert!(left.is_empty(), "the orphaned turn was killed: {left:?}");
     let v = api.get(&format!("/runs/{run}")).json();
     assert_eq!(v["supervisor"], "none", "{v}");
+    // A second stop (a script's, a retry's): nothing to do, said, exit 0; the journal unchanged.
+    let before = b.journal().len();
+    let (code, out, err) = cli(&b.home(), &["stop", &run]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("already stopped; nothing to do"), "{out}");
+    assert_eq!(b.journal().len(), before);
 }
 
 #[test]
