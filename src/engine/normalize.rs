@@ -81,7 +81,9 @@ pub fn each_event<'a>(adapter: Adapter, line_no: u64, line: &'a [u8], ctx: &Cont
         Err(err) => (None, None, vec![err]),
     };
     let session = session.or_else(|| ctx.session.map(Cow::Borrowed));
-    let ts = ts.unwrap_or(Cow::Borrowed(ctx.observed_ts));
+    // An engine's own time that is not one (month 13, year 10000) is not passed on as the event's:
+    // the line's observed time stands in (events/v1 `ts` is a date-time).
+    let ts = ts.filter(|t| humantime::parse_rfc3339_weak(t).is_ok()).unwrap_or(Cow::Borrowed(ctx.observed_ts));
     let n = data.len();
     for (i, d) in data.into_iter().enumerate() {
         f(Event {

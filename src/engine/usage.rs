@@ -64,7 +64,7 @@ impl Usage {
         let mut out = Usage { cost: "not reported", ..Usage::default() };
         let mut first = true;
         for u in all {
-            out.turns += u.turns;
+            out.turns = out.turns.saturating_add(u.turns);
             if u.turns == 0 && u.cost_usd.is_none() {
                 continue; // a task that never reported says nothing about the run's kind of cost
             }
@@ -83,7 +83,8 @@ impl Usage {
 fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        // An engine's figures are not trusted to fit: saturated, never a panic or a wrap.
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
     }
 }
 
@@ -107,7 +108,7 @@ impl Counts {
     /// Adds one turn's tokens; `reported`: the line carried a usage object at all.
     pub(crate) fn add(&mut self, own: [u64; 4], reported: bool) {
         for (t, o) in self.tokens.iter_mut().zip(own) {
-            *t += o;
+            *t = t.saturating_add(o);
         }
         self.any_tokens |= reported;
     }

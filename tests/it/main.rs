@@ -9,6 +9,7 @@ mod browser;
 mod budget;
 mod chaos;
 mod cursors;
+mod engine_values;
 mod faults;
 mod foundation;
 mod hostile;

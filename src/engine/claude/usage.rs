@@ -43,7 +43,9 @@ impl Fold {
             n(&u["cache_creation_input_tokens"]),
         ];
         c.add(own, u.is_object());
-        let Some(total) = v["total_cost_usd"].as_f64() else { return };
+        // A cost that is not a finite, non-negative figure is not a price (a negative one would
+        // keep a budget from ever being reached).
+        let Some(total) = v["total_cost_usd"].as_f64().filter(|c| c.is_finite() && *c >= 0.0) else { return };
         self.priced = true;
         let session = v["session_id"].as_str().map(str::to_string);
         if session != self.session {
@@ -57,15 +59,16 @@ impl Fold {
             m.values()
                 .map(|x| {
                     n(&x["inputTokens"])
-                        + n(&x["outputTokens"])
-                        + n(&x["cacheReadInputTokens"])
-                        + n(&x["cacheCreationInputTokens"])
+                        .saturating_add(n(&x["outputTokens"]))
+                        .saturating_add(n(&x["cacheReadInputTokens"]))
+                        .saturating_add(n(&x["cacheCreationInputTokens"]))
                 })
-                .sum()
+                .fold(0u64, u64::saturating_add)
         });
         // Within a process the totals run on; a new process either carried the session's totals on
         // (its model tokens hold everything so far plus its turn) or started from zero.
-        let carried = self.process_reported || model_tokens >= self.session_tokens + own.iter().sum::<u64>();
+        let carried =
+            self.process_reported || model_tokens >= own.iter().fold(self.session_tokens, |a, b| a.saturating_add(*b));
         if !carried {
             self.cost_done += self.session_cost;
         }
