@@ -81,13 +81,18 @@ pub fn api_token(home: &Home) -> Result<Option<String>, ConfigError> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     // O_NOFOLLOW: a link planted in the home's place never makes us read (and serve) another file.
-    let mut f = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+    // O_NONBLOCK: a FIFO planted in its place does not hang the read.
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let mut f = match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(ConfigError::LinkedToken { path }),
         Err(e) => return Err(ConfigError::UnreadableToken { path, reason: e.to_string() }),
     };
     let meta = f.metadata().map_err(|e| ConfigError::UnreadableToken { path: path.clone(), reason: e.to_string() })?;
+    if !meta.is_file() {
+        return Err(ConfigError::UnreadableToken { path, reason: "not a regular file".into() });
+    }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(ConfigError::ForeignToken { path, owner: meta.uid(), me });

@@ -87,8 +87,9 @@ struct Checkpoint {
     v: String,
 }
 
-/// Writes (or finds, touched) the checkpoint file of `c`: its name.
-fn write_checkpoint(dir: &Path, c: &Checkpoint) -> std::io::Result<String> {
+/// Writes (or finds, touched) the checkpoint file of `c`: its name. `keep`: a checkpoint the cap
+/// must not remove (the live feed's current one).
+fn write_checkpoint(dir: &Path, c: &Checkpoint, keep: Option<&str>) -> std::io::Result<String> {
     use sha2::Digest;
     let body = serde_json::to_vec(c).expect("a checkpoint serializes");
     let hash = sha2::Sha256::digest(&body);
@@ -97,7 +98,7 @@ fn write_checkpoint(dir: &Path, c: &Checkpoint) -> std::io::Result<String> {
     if !path.exists() {
         crate::os::home::private_dir(dir)?;
         crate::os::home::write_atomic(&path, &body, 0o600)?;
-        cap(dir, CHECKPOINT_CAP);
+        cap(dir, CHECKPOINT_CAP, &[Some(name.as_str()), keep]);
     } else {
         // Touched, so the clean-up keeps what is in use.
         let _ = std::fs::File::options()
@@ -108,9 +109,10 @@ fn write_checkpoint(dir: &Path, c: &Checkpoint) -> std::io::Result<String> {
     Ok(name)
 }
 
-/// Keeps the checkpoint directory under `limit` bytes: the least recently used files go first,
-/// down to 3/4 of it.
-fn cap(dir: &Path, limit: u64) {
+/// Keeps the checkpoint directory under `limit` bytes: the least recently used files go first
+/// (a checkpoint is touched when written, found again, or named by a client's cursor), down to 3/4
+/// of it; the checkpoints named in `keep` stay.
+fn cap(dir: &Path, limit: u64, keep: &[Option<&str>]) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
         .flatten()
@@ -128,6 +130,10 @@ fn cap(dir: &Path, limit: u64) {
         if total <= limit / 4 * 3 {
             break;
         }
+        let name = path.file_stem().map(|n| n.to_string_lossy().into_owned());
+        if keep.iter().flatten().any(|k| name.as_deref() == Some(*k)) {
+            continue;
+        }
         if std::fs::remove_file(&path).is_ok() {
             total -= len;
         }
@@ -138,7 +144,7 @@ fn cap(dir: &Path, limit: u64) {
 fn checkpoint(dir: &Path, v: &Vector) -> std::io::Result<Cursor> {
     let base: Vec<(String, u64)> = v.iter().map(|(r, l)| (r.clone(), *l)).collect();
     let file = Checkpoint { from: Vec::new(), runs: base, v: "watch-checkpoint/v1".into() };
-    let name = write_checkpoint(dir, &file)?;
+    let name = write_checkpoint(dir, &file, None)?;
     Ok(Cursor { ckpt: name, base: file.runs, delta: BTreeMap::new() })
 }
 
@@ -200,9 +206,13 @@ fn parse_cursor(dir: &Path, id: &str) -> Result<Named, String> {
     } else {
         None
     };
-    let Ok(body) = std::fs::read(dir.join(format!("{ckpt}.json"))) else {
+    let path = dir.join(format!("{ckpt}.json"));
+    let Ok(body) = std::fs::read(&path) else {
         return Ok(Named::Gone(ckpt.to_string()));
     };
+    // In use: touched, so the cap removes others first.
+    let _ =
+        std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
     let c = serde_json::from_slice::<Checkpoint>(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?;
     if let Some((k, line)) = at {
         if k >= c.runs.len() {
@@ -491,15 +501,23 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
     // broadcast (no task between it and the connection).
     let (tx, out) = mpsc::channel::<Bytes>(64);
     let catch_up = futures_util::stream::unfold(out, |mut out| async move { out.recv().await.map(|b| (b, out)) });
-    tokio::spawn(catch_up_task(hub, present, from, gone, tx));
-    let live = futures_util::stream::unfold(rx, move |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(item) if item.seq <= seq0 => continue,
-                Ok(item) => return Some((item.frame.clone(), rx)),
-                // Fell too far behind, or the API is shutting down: the stream ends; the client
-                // reconnects with its last id and loses nothing.
-                Err(_) => return None,
+    // Set by a catch-up that could not deliver what its ids claim: no live record follows it.
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(catch_up_task(hub, present, from, gone, tx, cut.clone()));
+    let live = futures_util::stream::unfold(rx, move |mut rx| {
+        let cut = cut.clone();
+        async move {
+            loop {
+                if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                    return None;
+                }
+                match rx.recv().await {
+                    Ok(item) if item.seq <= seq0 => continue,
+                    Ok(item) => return Some((item.frame.clone(), rx)),
+                    // Fell too far behind, or the API is shutting down: the stream ends; the client
+                    // reconnects with its last id and loses nothing.
+                    Err(_) => return None,
+                }
             }
         }
     });
@@ -521,6 +539,7 @@ async fn catch_up_task(
     from: Vector,
     gone: Option<String>,
     tx: mpsc::Sender<Bytes>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
 ) {
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
@@ -548,7 +567,11 @@ async fn catch_up_task(
         v: "watch-checkpoint/v1".into(),
     };
     let dir = hub.dir.clone();
-    let Ok(Ok(ckpt)) = tokio::task::spawn_blocking(move || write_checkpoint(&dir, &c)).await else { return };
+    let live = hub.state.lock().unwrap_or_else(|p| p.into_inner()).cursor.ckpt.clone();
+    let Ok(Ok(ckpt)) = tokio::task::spawn_blocking(move || write_checkpoint(&dir, &c, Some(&live))).await else {
+        cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        return;
+    };
     let cu = CatchUp { ckpt };
     for (k, (run, path, upto)) in present.iter().enumerate() {
         let have = had(run, *upto);
@@ -557,7 +580,9 @@ async fn catch_up_task(
         }
         let p = path.clone();
         let bytes = tokio::task::spawn_blocking(move || std::fs::read(p).unwrap_or_default()).await.unwrap_or_default();
-        for (i, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        let mut sent = have;
+        let end = memchr::memrchr(b'\n', &bytes).map_or(0, |i| i + 1);
+        for (i, raw) in bytes[..end].split(|b| *b == b'\n').enumerate() {
             let line = i as u64 + 1;
             if line <= have {
                 continue;
@@ -568,6 +593,15 @@ async fn catch_up_task(
             if tx.send(frame(&cu.id(k, line), run, line, raw)).await.is_err() {
                 return;
             }
+            sent = line;
+        }
+        if sent < *upto {
+            // Fewer lines than the present said (the journal unreadable, replaced or cut meanwhile):
+            // the ids that follow would claim lines never sent. The stream ends here; the client
+            // resumes from its last true id.
+            tracing::warn!(RUN_ID = %run, sent, upto, "a /watch catch-up could not read a journal to its end: ending the stream");
+            cut.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
         }
     }
 }
@@ -585,16 +619,20 @@ mod tests {
             std::fs::write(&p, vec![b'x'; 100]).unwrap();
             std::fs::File::options().append(true).open(&p).unwrap().set_modified(t0 + Duration::from_secs(i)).unwrap();
         }
-        cap(d.path(), 2000);
+        cap(d.path(), 2000, &[]);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 10, "under the cap: nothing goes");
-        cap(d.path(), 800);
+        cap(d.path(), 800, &[Some("0")]);
         let mut left: Vec<String> = std::fs::read_dir(d.path())
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
-        assert_eq!(left, ["4.json", "5.json", "6.json", "7.json", "8.json", "9.json"], "the oldest went, to 600 bytes");
+        assert_eq!(
+            left,
+            ["0.json", "5.json", "6.json", "7.json", "8.json", "9.json"],
+            "the oldest went, to 600 bytes; 0 kept"
+        );
     }
 
     #[test]

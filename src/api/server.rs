@@ -132,6 +132,9 @@ async fn listen(
     if let Some(path) = unix {
         let _ = std::fs::remove_file(&path);
         let l = UnixListener::bind(&path).map_err(bind_err(path.display()))?;
+        // The socket's mode is the umask's at bind: made the owner's only, as the docs say.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err(path.display()))?;
         announce(&format!("listening on unix:{}", path.display()));
         listeners.push(Listener::Unix(l));
     }
@@ -205,7 +208,7 @@ async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Conn)> {
             let found = local.and_then(|local| crate::os::peer::tcp_peer(local, peer));
             let origin = match found {
                 Some((_, inode)) => Origin::Socket(inode),
-                None if !peer.ip().is_loopback() => Origin::Remote,
+                None if !peer.ip().to_canonical().is_loopback() => Origin::Remote,
                 None => Origin::Unknown,
             };
             let port = local.map_or(0, |a| a.port());

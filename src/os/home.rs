@@ -132,8 +132,8 @@ fn owned(dir: &Path, follow: bool) -> Result<(), HomeError> {
     Ok(())
 }
 
-/// Creates `dir` (and parents) with mode 0700; tightens an existing dir that we own to 0700 (a
-/// dir of another uid's is left as it is: `Home::ensure` refuses it).
+/// Creates `dir` (and parents) with mode 0700; tightens an existing dir that we own to 0700; a dir
+/// of another uid's is refused.
 pub fn ensure_private_dir(dir: &Path) -> Result<(), HomeError> {
     private_dir(dir).map_err(|source| HomeError::Create { path: dir.to_path_buf(), source })
 }
@@ -144,7 +144,16 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let meta = fs::metadata(dir)?;
-    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        // Another user's dir (a `runstate/` a co-user made in a shared checkout): what is in it
+        // (a plan copy whose gates run as us) is not ours to trust.
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is owned by uid {}, not by you (uid {me})", dir.display(), meta.uid()),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
@@ -154,8 +163,13 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
 /// file tightened to 0600: every file harness makes that holds a run's words (logs, prompts, the
 /// plan copy, gate and setup output) is its owner's only, whatever the umask.
 pub fn open_private(path: &Path, append: bool) -> io::Result<fs::File> {
+    use std::os::unix::fs::MetadataExt;
     let f = fs::OpenOptions::new().create(true).write(true).append(append).truncate(!append).mode(0o600).open(path)?;
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    // Only a file found looser is tightened (a filesystem without modes, vfat say, refuses a chmod
+    // even of what it made).
+    if f.metadata()?.mode() & 0o077 != 0 {
+        f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
     Ok(f)
 }
 

@@ -15,6 +15,10 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
 /// `socket_holder` turns into the process holding it).
 #[cfg(target_os = "linux")]
 pub fn tcp_peer(local: SocketAddr, peer: SocketAddr) -> Option<(u32, u32)> {
+    // A dual-stack listener sees an IPv4 client as ::ffff:127.0.0.1: the kernel's table holds it
+    // as IPv4.
+    let local = SocketAddr::new(local.ip().to_canonical(), local.port());
+    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
     if !peer.ip().is_loopback() || !local.ip().is_loopback() {
         return None;
     }
@@ -55,19 +59,24 @@ pub fn parent_of(pid: u32) -> Option<u32> {
     rest.split(' ').nth(1)?.parse().ok()
 }
 
-/// `pid` and its ancestors, nearest first, up to (not including) pid 1 or a pid that is gone:
-/// who a process descends from, which `setsid` does not change. At most 512 steps.
-pub fn ancestry(pid: u32) -> Vec<u32> {
+/// `pid` and its ancestors, nearest first, down to pid 1 (included: a supervisor may be a
+/// container's init): who a process descends from, which `setsid` does not change. `None` when the
+/// line cannot be followed to its root — the process (or an ancestor) is gone, `/proc` is not there
+/// — so a caller deciding on it fails closed. At most 4,096 steps.
+pub fn ancestry(pid: u32) -> Option<Vec<u32>> {
     let mut out = Vec::new();
     let mut p = pid;
-    while p > 1 && out.len() < 512 && !out.contains(&p) {
-        out.push(p);
-        match parent_of(p) {
-            Some(parent) => p = parent,
-            None => break,
+    while p > 0 {
+        if out.len() >= 4096 || out.contains(&p) {
+            return None;
         }
+        out.push(p);
+        if p == 1 {
+            break;
+        }
+        p = parent_of(p)?;
     }
-    out
+    (!out.is_empty()).then_some(out)
 }
 
 /// This process's effective uid (the owner every peer is compared with).
@@ -195,11 +204,13 @@ mod tests {
         let (uid, inode) = tcp_peer(s.local_addr().unwrap(), peer).expect("the peer is found");
         assert_eq!(uid, own_uid());
         let holder = socket_holder(inode).expect("a holder");
-        let chain = ancestry(holder);
+        let chain = ancestry(holder).expect("a live process's line");
         assert!(chain.contains(&std::process::id()), "{holder}'s ancestry {chain:?} reaches us");
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(ancestry(std::process::id())[0], std::process::id());
+        let mine = ancestry(std::process::id()).unwrap();
+        assert_eq!((mine[0], *mine.last().unwrap()), (std::process::id(), 1), "{mine:?}");
+        assert_eq!(ancestry(holder), None, "a process that is gone cannot be placed");
     }
 
     #[test]

@@ -272,10 +272,21 @@ pub fn each_line(path: &Path, from: u64, upto: u64, mut on_line: impl FnMut(&[u8
 /// lines dropped first), newline-separated: what a check of a turn's end reads, bounded however
 /// long the turn ran.
 pub fn last_lines(path: &Path, from: u64, budget: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
     let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    // Only the file's last `budget` bytes are read: a line cut by that start is not whole.
+    let start = from.max(len.saturating_sub(budget as u64));
+    let mut cut = false;
+    if start > from {
+        let mut b = [0u8; 1];
+        cut = File::open(path).and_then(|f| f.read_exact_at(&mut b, start - 1)).map_or(true, |_| b[0] != b'\n');
+    }
     let mut kept: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
     let mut size = 0usize;
-    each_line(path, from, len, |l| {
+    each_line(path, start, len, |l| {
+        if std::mem::take(&mut cut) {
+            return;
+        }
         if l.len() + 1 > budget {
             return;
         }
@@ -364,8 +375,12 @@ mod bounded_tests {
         let end = each_line(&p, 0, text.len() as u64, |l| got.push(l.len()));
         assert_eq!(got, vec![1, CHUNK + 10, 1, 1], "the giant line skipped, the partial one held");
         assert_eq!(end, text.len() as u64 - "partial".len() as u64);
-        let tail = last_lines(&p, 0, 4);
-        assert_eq!(tail, b"b\nc\n");
+        assert_eq!(last_lines(&p, 0, 12), b"c\n", "the last 12 bytes: a cut line, c, a partial one");
+        std::fs::write(&p, b"one\ntwo\nthree\n").unwrap();
+        assert_eq!(last_lines(&p, 0, 8), b"three\n", "a line cut by the start is dropped");
+        assert_eq!(last_lines(&p, 0, 10), b"two\nthree\n", "a start on a line's first byte keeps it");
+        assert_eq!(last_lines(&p, 0, 14), b"one\ntwo\nthree\n");
+        assert_eq!(last_lines(&p, 8, 100), b"three\n", "from an offset");
     }
 }
 

@@ -164,8 +164,10 @@ impl Driver<'_> {
         for id in std::mem::take(&mut self.waiting).into_keys() {
             super::approvals::expire(self.ctx, self.task, &id, "the turn ended before a decision");
         }
-        // To the log's end, a bite at a time.
-        loop {
+        // To the log's end as the wrapper left it, a bite at a time (a process that escaped the
+        // group and keeps writing does not keep this going).
+        let end = std::fs::metadata(&self.log).map_or(0, |m| m.len());
+        while self.offset < end {
             let before = self.offset;
             for line in read_lines(&self.log, &mut file, &mut self.offset, &mut partial) {
                 self.receipt(&line);

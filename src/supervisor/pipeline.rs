@@ -592,7 +592,8 @@ async fn turn(
     };
     let out = wrapper::Outcome { rc, status: wrapper::parse_status(&stdout) };
     let session = out.status.as_ref().and_then(|s| s.session_id.clone()).or(known_session);
-    ensure_exit_marker(&logfile, offset, rc, session.as_deref());
+    // File reads (bounded), off the async worker's turn.
+    tokio::task::block_in_place(|| ensure_exit_marker(&logfile, offset, rc, session.as_deref()));
     if let Some(by) = ctx.killed_by(id) {
         return Err(ctx.halt(id, rc, format!("killed by {by}"), session));
     }
@@ -601,7 +602,7 @@ async fn turn(
     }
     // Only this turn's lines (the log holds every earlier turn too), and of a long turn only its
     // last lines: where its end, error and rate limit are (a session may run for days).
-    let turn_lines = crate::os::tail::last_lines(&logfile, offset, TURN_TAIL);
+    let turn_lines = tokio::task::block_in_place(|| crate::os::tail::last_lines(&logfile, offset, TURN_TAIL));
     if let Some(l) = crate::engine::ratelimit::of_turn(task.adapter, &turn_lines) {
         return Err(rate_limited(ctx, id, rc, &l, session));
     }
@@ -1229,7 +1230,7 @@ async fn run_setup(ctx: &Ctx, task: &Task, setup: &str, cwd: &Path, session: Opt
     };
     ctx.check_killed(id, session.clone())?;
     if rc != 0 {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = String::from_utf8_lossy(&crate::os::tail::last_lines(&log, 0, 64 * 1024)).into_owned();
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
         let why = if rc == exit::TIMED_OUT { "timed out".to_string() } else { format!("exit {rc}") };
@@ -1245,10 +1246,9 @@ fn ensure_exit_marker(log: &Path, offset: u64, rc: i32, session: Option<&str>) {
     use std::os::unix::fs::FileExt;
     let Ok(mut f) = std::fs::OpenOptions::new().read(true).append(true).open(log) else { return };
     let Ok(len) = f.metadata().map(|m| m.len()) else { return };
-    // Line by line, bounded: the turn may be gigabytes.
-    let mut marked = false;
-    crate::os::tail::each_line(log, offset, len, |l| marked |= l.starts_with(b"{\"harness\":\"exit\""));
-    if marked {
+    // The marker is the turn's last line: only the turn's end is read (the turn may be gigabytes).
+    let tail = crate::os::tail::last_lines(log, offset, 1 << 20);
+    if tail.split(|&b| b == b'\n').any(|l| l.starts_with(b"{\"harness\":\"exit\"")) {
         return;
     }
     let mut last = [0u8; 1];

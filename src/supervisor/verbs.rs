@@ -104,8 +104,18 @@ impl Scheduler {
             let running = self.ctx.running.lock().unwrap_or_else(|p| p.into_inner());
             running.iter().filter_map(|(t, p)| Some((u32::try_from(p.pgid?).ok()?, t.clone()))).collect()
         };
+        let refuse = |why: String| {
+            Some(Refusal::new(
+                control::RefusalKind::Foreign,
+                format!("{} refused: {why}: the operator decides this, not an agent", req.verb()),
+            ))
+        };
         for pid in pids.into_iter().flatten() {
-            let chain = crate::os::peer::ancestry(pid);
+            // A sender whose line of descent cannot be followed (it exited after connecting and
+            // handed the connection on, say) cannot be shown to be outside: refused.
+            let Some(chain) = crate::os::peer::ancestry(pid) else {
+                return refuse(format!("its sender (pid {pid}) cannot be placed: it is gone, or /proc does not tell"));
+            };
             // Index 0 is the sender itself: the supervisor asking its own socket is not inside.
             let Some(at) = chain.iter().position(|p| *p == me).filter(|at| *at > 0) else { continue };
             let task = chain[..at].iter().find_map(|p| groups.iter().find(|(g, _)| g == p));
@@ -113,13 +123,7 @@ impl Scheduler {
                 Some((root, t)) => format!("task {t}'s process {root}"),
                 None => "a process of the run's (a task's descendant, reparented to the supervisor)".to_string(),
             };
-            return Some(Refusal::new(
-                control::RefusalKind::Foreign,
-                format!(
-                    "{} refused: it comes from inside the run (pid {pid} descends from {whose}): the operator decides this, not an agent",
-                    req.verb()
-                ),
-            ));
+            return refuse(format!("it comes from inside the run (pid {pid} descends from {whose})"));
         }
         None
     }

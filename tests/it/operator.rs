@@ -22,6 +22,20 @@ for req in [{"verb": "resume"}, {"verb": "budget", "usd": 100}, {"verb": "retry"
     print(f.readline().strip())
 "#;
 
+/// The connecting process hands the connection to a child and exits (reaped): what the socket's
+/// peer credentials name is gone when the verb is judged.
+const FORK: &str = r#"
+import json, os, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+if os.fork():
+    os._exit(0)
+time.sleep(0.3)
+f = s.makefile("rw")
+f.write(json.dumps({"verb": "resume", "by": "agent"}) + "\n"); f.flush()
+print(f.readline().strip(), flush=True)
+"#;
+
 #[test]
 fn operator_verbs_from_inside_a_task_are_refused_naming_it_and_pass_from_outside() {
     let b = Bench::new();
@@ -29,6 +43,7 @@ fn operator_verbs_from_inside_a_task_are_refused_naming_it_and_pass_from_outside
     let d = b.dir.path().join("agent");
     std::fs::create_dir(&d).unwrap();
     std::fs::write(d.join("ask.py"), ASK).unwrap();
+    std::fs::write(d.join("fork.py"), FORK).unwrap();
     let home = b.home();
     // The agent waits for the operator's pause, then tries to undo it and more: straight on the
     // socket and through the API with the CLI, each from a new session (setsid), as a tool call may.
@@ -38,7 +53,9 @@ fn operator_verbs_from_inside_a_task_are_refused_naming_it_and_pass_from_outside
          HARNESS_HOME={home} setsid -w {bin} resume $HARNESS_RUN --api 127.0.0.1:{port} > {d}/api.out 2>&1; \
          echo rc=$? >> {d}/api.out; \
          sh -c 'setsid python3 {d}/ask.py {home}/sock/$HARNESS_RUN.sock > {d}/orphan.out 2>&1 &'; \
-         while [ \"$(cat {d}/orphan.out 2>/dev/null | wc -l)\" -lt 6 ]; do sleep 0.05; done; touch {d}/done",
+         while [ \"$(cat {d}/orphan.out 2>/dev/null | wc -l)\" -lt 6 ]; do sleep 0.05; done; \
+         python3 {d}/fork.py {home}/sock/$HARNESS_RUN.sock > {d}/fork.out 2>&1; \
+         while [ \"$(cat {d}/fork.out 2>/dev/null | wc -l)\" -lt 1 ]; do sleep 0.05; done; touch {d}/done",
         d = d.display(),
         home = home.display(),
         bin = bin().display(),
@@ -70,6 +87,9 @@ fn operator_verbs_from_inside_a_task_are_refused_naming_it_and_pass_from_outside
     let orphan = std::fs::read_to_string(d.join("orphan.out")).unwrap();
     let refused = orphan.lines().filter(|l| l.contains("inside the run") && l.contains("a process of the run's"));
     assert_eq!(refused.count(), 5, "{orphan}");
+    // A sender gone by the time the verb is judged cannot be placed: refused too.
+    let forked = std::fs::read_to_string(d.join("fork.out")).unwrap();
+    assert!(forked.contains("\"ok\":false") && forked.contains("cannot be placed"), "{forked}");
     let via_api = std::fs::read_to_string(d.join("api.out")).unwrap();
     assert!(via_api.contains("inside the run") && via_api.contains("task a's process"), "{via_api}");
     assert!(!via_api.contains("rc=0"), "{via_api}");

@@ -158,6 +158,14 @@ fn a_home_or_token_of_another_uid_or_a_linked_token_is_refused() {
         assert!(err.contains("owned by uid 65534"), "{err}");
         nix::unistd::chown(&b.home(), Some(nix::unistd::geteuid()), None).unwrap();
 
+        // A runstate dir another user made in a shared checkout: its plan copy is not ours to run.
+        std::fs::create_dir(b.repo().join("runstate")).unwrap();
+        nix::unistd::chown(&b.repo().join("runstate"), Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let (code, err) = run_in(&b);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("runstate") && err.contains("owned by uid 65534"), "{err}");
+        std::fs::remove_dir(b.repo().join("runstate")).unwrap();
+
         // A token file another uid owns (mode 0600, so only its owner's words are in it).
         let token = b.home().join("api.token");
         std::fs::write(&token, "planted\n").unwrap();
