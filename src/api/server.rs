@@ -148,6 +148,10 @@ pub async fn serve_on(api: Arc<Api>, listeners: Vec<Listener>, mut shutdown: wat
     let mut builder = hyper::server::conn::http1::Builder::new();
     // Slowloris defence: a client gets this long to send its request head.
     builder.timer(TokioTimer::new()).header_read_timeout(timeouts::HEADER_READ);
+    // A request whose client closed its side after sending it is still answered — and so judged
+    // and, when refused, logged: without it hyper dropped such a request unseen now and then, and
+    // a blind POST of another uid left no refusal on the record.
+    builder.half_close(true);
     let builder = Arc::new(builder);
     let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<(Box<dyn ConnIo>, Conn)>(64);
     let mut accepters = Vec::new();

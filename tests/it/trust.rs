@@ -1,7 +1,9 @@
 //! Only the owner gets in: a client of another uid (switched with `setpriv`) gets 403 on every route
 //! and its POSTs change nothing; the same client with the token gets in; the owner needs nothing over
 //! TCP or the Unix socket; forged forwarding headers change nothing; a token in both the header and
-//! the query: the header wins. Needs root (to switch uid) and curl; skips with a message otherwise.
+//! the query: the header wins. A client that sends and closes before the API accepts (its socket an
+//! orphan, inode 0) is uid unknown: refused, logged, never taken for the owner. Needs root (to switch
+//! uid), curl and a python3 uid 65534 may run; skips with a message otherwise.
 
 use crate::common::*;
 use std::process::Command;
@@ -140,4 +142,140 @@ fn the_cli_prefers_the_apis_unix_socket_and_api_or_the_env_choose_tcp() {
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot reach the API at unix:{}", sock.display())) || !sock.exists(), "{err}");
+}
+
+/// `harness api --listen 127.0.0.1:0` with its stderr in `log`: the refusals no journal holds are
+/// logged there, and the verbs it relays (info); the server's debug lines tell a connection dropped
+/// before its request was answered.
+fn api_logged(home: &std::path::Path, log: &std::path::Path) -> (Proc, u16) {
+    use std::io::BufRead;
+    let mut child = harness(home)
+        .args(["api", "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info,harness::api::server=debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("spawn harness api");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok());
+    let port = port.unwrap_or_else(|| panic!("unexpected first line from harness api: {line:?}"));
+    (Proc { child }, port)
+}
+
+/// Every thread of `pid` is stopped (SIGSTOP has taken effect, not just been sent).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|t| {
+        let tid: i32 = t.file_name().to_string_lossy().parse().unwrap_or(0);
+        matches!(harness::supervisor::kill::stat_fields(tid), Some(('T' | 't', _, _)))
+    })
+}
+
+/// How many lines of `log` are the guard's 403 for a POST to `path` from a peer of `uid` (a number,
+/// or `unknown`) without a token.
+fn refused_as(log: &str, path: &str, uid: &str) -> usize {
+    let me = nix::unistd::geteuid().as_raw();
+    let detail = format!(
+        "refused: connection from uid {uid}: only uid {me} (this API's owner) or a bearer token may use this API"
+    );
+    let fields =
+        [format!("PEER_UID={uid}"), "METHOD=\"POST\"".to_string(), format!("PATH={path}"), "STATUS=403".into()];
+    log.lines()
+        .filter(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.contains(&"WARN") && l.contains(&detail) && fields.iter().all(|f| words.contains(&f.as_str()))
+        })
+        .count()
+}
+
+#[test]
+fn a_client_that_closes_before_the_accept_is_uid_unknown_and_refused_never_taken_for_root() {
+    if !can_switch_uid() {
+        return;
+    }
+    // A python3 uid 65534 may run (a shim under /root is not one).
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+        let mut probe = Command::new("setpriv");
+        probe.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", py, "-c", "pass"]);
+        probe.output().is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!("SKIPPED: needs a python3 that uid {NOBODY} may run");
+        return;
+    };
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"orphans","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let sup = b.start_supervised(plan, "hang", &[]);
+    b.wait_state("A", "leased", Duration::from_secs(30));
+    let log = b.dir.path().join("api.log");
+    // The API runs as root, as this test does: an orphaned socket's uid 0 would be its owner's.
+    let (api, port) = api_logged(&b.home(), &log);
+    let api_pid = api.child.id();
+    let run = b.run_id();
+    let path = format!("/runs/{run}/pause");
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+    );
+    let journal_before = b.journal().len();
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let refusals = |t: &str| {
+        t.lines()
+            .filter(|l| l.contains("refused: ") && l.split_whitespace().any(|w| w == format!("PATH={path}")))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    const ROUNDS: usize = 50;
+    for i in 0..ROUNDS {
+        // The API stopped, the client connects (the kernel completes the handshake into the
+        // backlog), sends its whole request and closes: when the API accepts, the client's socket
+        // is an orphan (no process holds it): sock_diag reports inode 0 and a uid that proves
+        // nothing (0 on older kernels, which is this API's owner here; its creator's on newer ones).
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(api_pid as i32), nix::sys::signal::Signal::SIGSTOP).unwrap();
+        wait_for(Duration::from_secs(10), || all_threads_stopped(api_pid).then_some(()))
+            .unwrap_or_else(|| panic!("round {i}: the API never stopped"));
+        let client = "import socket,sys\n\
+                      s=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n\
+                      s.sendall(sys.argv[2].encode())\n\
+                      s.close()";
+        let out = Command::new("setpriv")
+            .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", python, "-c", client])
+            .arg(port.to_string())
+            .arg(&raw)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "round {i}: the client failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(all_threads_stopped(api_pid), "round {i}: the API ran before the client had closed");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(api_pid as i32), nix::sys::signal::Signal::SIGCONT).unwrap();
+        // Each round leaves its refusal (or the pause went on) before the next begins.
+        let relayed = |t: &str| t.lines().any(|l| l.contains("VERB=\"pause\""));
+        wait_for(Duration::from_secs(10), || {
+            let t = text();
+            (refusals(&t).len() == i + 1 || relayed(&t)).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!("round {i}: {} refusals logged, want {}:\n{}", refusals(&text()).len(), i + 1, text())
+        });
+        assert!(!relayed(&text()), "round {i}: the API took the orphaned socket for its owner's:\n{}", text());
+    }
+    let all = text();
+    let (unknown, nobody) = (refused_as(&all, &path, "unknown"), refused_as(&all, &path, NOBODY));
+    eprintln!("{ROUNDS} clients closed before the accept: {unknown} refused as uid unknown, {nobody} as uid {NOBODY}");
+    assert_eq!(unknown + nobody, ROUNDS, "every request refused with 403 by the guard:\n{all}");
+    assert_eq!(unknown, ROUNDS, "a socket closed before the accept is uid unknown:\n{all}");
+    // Nothing was relayed: no verb logged, no record in the journal, the run not paused.
+    assert!(!all.lines().any(|l| l.contains("VERB=\"pause\"")), "a pause went on:\n{all}");
+    assert_eq!(b.journal().len(), journal_before, "a refused POST left a record");
+    assert!(b.controls("pause").is_empty());
+    assert_eq!(b.state("A").as_deref(), Some("leased"));
+    let status = control(&b.sock(), &serde_json::json!({"verb":"status"}));
+    assert_eq!((status["paused"].as_bool(), status["tasks"]["A"]["running"].as_bool()), (Some(false), Some(true)));
+
+    // The same client waiting for its answer is found as uid 65534 (what the log tells apart).
+    let (code, body) = as_nobody(port, "POST", &path, &[]);
+    assert_eq!(code, 403, "{body}");
+    wait_for(Duration::from_secs(5), || (refused_as(&text(), &path, NOBODY) == 1).then_some(()))
+        .unwrap_or_else(|| panic!("no refusal of uid {NOBODY}:\n{}", text()));
+    assert_eq!(b.journal().len(), journal_before);
+    drop(api);
+    drop(sup);
 }
