@@ -187,14 +187,20 @@ impl Tail {
         self.offset += n as u64;
         let mut lines = Vec::new();
         let mut start = 0;
+        // A line is held at most MAX_LINE bytes: past that it is cut (it keeps its ordinal, and
+        // reads as the not-JSON line it now is), so one giant line never fills memory.
+        let held = |have: usize, more: &[u8]| more.len().min(MAX_LINE.saturating_sub(have));
         for nl in memchr::memchr_iter(b'\n', buf) {
             let mut line = std::mem::take(&mut self.partial);
-            line.extend_from_slice(&buf[start..nl]);
+            let part = &buf[start..nl];
+            line.extend_from_slice(&part[..held(line.len(), part)]);
             lines.push((self.next_line, line));
             self.next_line += 1;
             start = nl + 1;
         }
-        self.partial.extend_from_slice(&buf[start..]);
+        let rest = &buf[start..];
+        let keep = held(self.partial.len(), rest);
+        self.partial.extend_from_slice(&rest[..keep]);
         Ok((lines, TailState::Open))
     }
 }
@@ -417,5 +423,23 @@ mod tests {
         assert_eq!(t.read_available(64).unwrap().0[0].1, b"line 5000".to_vec());
         std::fs::remove_file(&p).unwrap();
         assert_eq!(t.read_available(64).unwrap().1, TailState::Vanished);
+    }
+
+    #[test]
+    fn a_giant_line_is_cut_at_max_line_and_keeps_its_ordinal() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let mut text = vec![b'x'; MAX_LINE + 1000];
+        text.extend_from_slice(b"\nok\n");
+        std::fs::write(&p, &text).unwrap();
+        let idx = LineIndex::default();
+        let mut t = Tail::at_line(&idx, &p, 1).unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let (lines, _) = t.read_available(1 << 20).unwrap();
+            got.extend(lines);
+        }
+        assert_eq!((got[0].0, got[0].1.len()), (1, MAX_LINE));
+        assert_eq!(got[1], (2, b"ok".to_vec()));
     }
 }
