@@ -76,6 +76,9 @@ pub fn install_agent(bin: &Path, home: &Home) -> Result<String, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let p = dir.join("com.harness.api.plist");
     crate::os::home::write_atomic(&p, api_plist(bin, home).as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    // launchd opens the log with its own umask: made here first (0600), it appends to ours.
+    home.ensure().map_err(|e| e.to_string())?;
+    crate::os::home::open_private(&home.root.join("api.log"), true).map_err(|e| e.to_string())?;
     Ok(format!("wrote {}\nload it with:\n  launchctl bootstrap gui/$(id -u) {}", p.display(), p.display()))
 }
 
@@ -87,6 +90,8 @@ pub fn start_run_agent(bin: &Path, home: &Home, run: &RunId) -> Result<String, S
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let p = dir.join(format!("com.harness.supervisor.{run}.plist"));
     crate::os::home::write_atomic(&p, supervisor_plist(bin, home, run).as_bytes(), 0o644).map_err(|e| e.to_string())?;
+    // launchd opens the log with its own umask: made here first (0600), it appends to ours.
+    crate::os::home::open_private(&home.runs_dir().join(format!("{run}.log")), true).map_err(|e| e.to_string())?;
     let uid = nix::unistd::getuid().as_raw();
     let st = std::process::Command::new("launchctl")
         .arg("bootstrap")
