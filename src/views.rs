@@ -242,6 +242,9 @@ pub struct Counts {
     /// Dropped by the operator (`skip`); absent from an API that predates it.
     #[serde(default)]
     pub skipped: u64,
+    /// Planned tasks with no state yet (never leased); absent from an API that predates it.
+    #[serde(default)]
+    pub pending: u64,
 }
 
 /// How well a run's journal read.
@@ -459,6 +462,9 @@ pub struct TaskFacts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskView {
     pub id: TaskId,
+    /// The same id, under the name every other view gives it (added; `id` stays).
+    #[serde(default)]
+    pub task: Option<TaskId>,
     #[serde(flatten)]
     pub facts: TaskFacts,
     pub adapter: Adapter,

@@ -136,11 +136,13 @@ impl Durable {
         });
         views::TaskView {
             id: t.id.clone(),
+            task: Some(t.id.clone()),
             facts,
             adapter: t.adapter.into(),
             review: t.review,
             gate: t.gate.clone(),
-            usage: usage.map(Into::into),
+            // A task that never ran (no record, no turn in its log) has no usage (null), not a zero one.
+            usage: usage.filter(|u| v.tasks.contains_key(&t.id) || u.turns > 0).map(Into::into),
             budget_usd: v.task_budgets.get(&t.id).copied().or(t.budget_usd),
             idle_s,
         }

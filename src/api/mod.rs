@@ -249,13 +249,14 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
         let h = resp.headers_mut();
         h.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
         h.insert(hyper::header::VARY, HeaderValue::from_static("Origin"));
-        h.insert(
-            hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("Harness-Next-After, Harness-More"),
-        );
+        h.insert(hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED));
     }
     Ok(resp)
 }
+
+/// Every `Harness-*` response header, exposed to a page of an allowed origin (a browser hides the
+/// rest from its script): the paging headers of `GET /runs` and the clamp of `/events`.
+pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit";
 
 /// A refusal before any run is looked at. Those of a verb (any method but GET) are logged with the
 /// peer's uid: they cannot be tied to a run's journal (`audit::edge`).
@@ -457,4 +458,22 @@ async fn approvals(api: Arc<Api>, run: RunId, req: Request<Incoming>) -> Result<
     let a = api.clone();
     let v = blocking(move || a.durable.approvals(&run, state.as_deref())).await?.map_err(durable_error)?;
     Ok(json_response(StatusCode::OK, &v))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Each `harness-…` header the API sets is in `EXPOSED` (a new one not listed would be null
+    /// to a Web UI's script).
+    #[test]
+    fn every_harness_header_is_exposed() {
+        let exposed = super::EXPOSED.to_ascii_lowercase();
+        for src in
+            [include_str!("mod.rs"), include_str!("stream.rs"), include_str!("feed.rs"), include_str!("verbs.rs")]
+        {
+            for (i, _) in src.match_indices("\"harness-") {
+                let name: String = src[i + 1..].chars().take_while(|c| *c != '"').collect();
+                assert!(exposed.contains(&name), "{name} is set but not in EXPOSED");
+            }
+        }
+    }
 }

@@ -23,6 +23,10 @@ use std::path::{Path, PathBuf};
 
 pub const VERSION: &str = "runsummary/v1";
 
+/// What the row a summary holds was computed by: a summary of an older revision is stale (its row
+/// lacks what the view has since gained: `counts.pending`, an `updated` refusals do not move).
+pub const REV: u32 = 2;
+
 /// What identifies a file's content for this cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fp {
@@ -60,6 +64,9 @@ impl Fps {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Head {
     pub v: String,
+    /// `REV` when written (absent: 0, an older harness's).
+    #[serde(default)]
+    pub rev: u32,
     pub fps: Fps,
     pub pointer: Pointer,
     /// The journal's last record time (else the pointer's `created`), in ns since the epoch: the
@@ -191,7 +198,10 @@ impl RunFiles {
             wave: self.current_wave(),
             waves: plan.map(|pl| pl.waves().len() as u32),
             tasks: plan.map_or(v.tasks.len(), |pl| pl.tasks.len()) as u64,
-            counts: crate::state::views::counts(v),
+            counts: views::Counts {
+                pending: plan.map_or(0, |pl| pl.tasks.iter().filter(|t| !v.tasks.contains_key(&t.id)).count()) as u64,
+                ..crate::state::views::counts(v)
+            },
             updated: v.last_ts.clone(),
             journal: views::JournalHealth {
                 records: v.records,
@@ -254,6 +264,7 @@ pub fn build(
     Ok(Summary {
         head: Head {
             v: VERSION.into(),
+            rev: REV,
             fps,
             activity_ns: files.activity_ns(),
             status: files.view.status,
@@ -279,7 +290,7 @@ pub fn refresh(home: &Home, pointer: &Pointer, tallies: &mut LogTallies) {
 /// Whether a summary still describes its run: the pointer it embeds is the one registered and no file
 /// it was computed from changed since.
 pub fn is_fresh(h: &Head, pointer_fp: Option<Fp>) -> bool {
-    h.fps == Fps::now(pointer_fp, &h.pointer)
+    h.rev == REV && h.fps == Fps::now(pointer_fp, &h.pointer)
 }
 
 /// Reads a registry pointer file (`None` when it is gone or garbled: logged).

@@ -187,6 +187,8 @@ pub fn counts(view: &RunView) -> views::Counts {
         committed: n(TaskState::Committed),
         halted: n(TaskState::Halted),
         skipped: n(TaskState::Skipped),
+        // Known only with the plan: the summary sets it.
+        pending: 0,
     }
 }
 

@@ -39,5 +39,6 @@ mod trust;
 mod verb_status;
 mod views;
 mod watch;
+mod webui;
 mod worktrees;
 mod wrappers;

@@ -346,7 +346,16 @@ pub(crate) mod types {
             wave: Some(2),
             waves: Some(3),
             tasks: 5,
-            counts: Counts { leased: 1, implemented: 0, gated: 0, reviewed: 0, committed: 2, halted: 1, skipped: 1 },
+            counts: Counts {
+                leased: 1,
+                implemented: 0,
+                gated: 0,
+                reviewed: 0,
+                committed: 2,
+                halted: 1,
+                skipped: 1,
+                pending: 1,
+            },
             updated: Some("2026-11-29T14:05:00.000Z".into()),
             journal,
             usage: usage(),
@@ -395,6 +404,7 @@ pub(crate) mod types {
             JournalDetail { health: health(), bad_line_list: vec![bad_line()], torn_tail_line: Some(bad_line()) };
         let task_view = TaskView {
             id: task(),
+            task: Some(task()),
             facts: facts(),
             adapter: Adapter::Claude,
             review: true,

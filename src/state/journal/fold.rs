@@ -137,7 +137,8 @@ pub struct RunView {
     pub bad_lines: Vec<BadLine>,
     /// A final line with no newline that does not parse: a crash mid-write. Ignored, reported.
     pub torn_tail: Option<BadLine>,
-    /// Timestamp of the last valid record.
+    /// Timestamp of the last valid record that is activity: every record but a refused control
+    /// record (a 409 steer on a finished run is on the record, and does not make it "updated").
     pub last_ts: Option<String>,
     /// Every `id` carried by a control record (steer queue ids, inbox entries), with the outcome of
     /// its last record: a DynWF entry `queued` when appended is handed out by `take` while it is still
@@ -205,7 +206,9 @@ impl RunView {
     /// transition found on replay (a hand-edited file) is kept as the last state and reported.
     fn apply(&mut self, line: u64, rec: &Record) {
         self.records += 1;
-        self.last_ts = Some(rec.ts.clone());
+        if !matches!(&rec.body, Body::Control(c) if c.outcome == Outcome::Refused) {
+            self.last_ts = Some(rec.ts.clone());
+        }
         match &rec.body {
             Body::Run(r) => self.apply_run(r),
             Body::Task(t) => self.apply_task(rec, line, t),
