@@ -237,6 +237,8 @@ fn parse_cursor(dir: &Path, id: &str) -> Result<Named, String> {
 /// One broadcast record.
 struct Item {
     seq: u64,
+    /// The run whose record it is (for a client that watches some runs only).
+    run: String,
     /// `id:` and `data:` lines, ready to send.
     frame: Bytes,
 }
@@ -376,7 +378,8 @@ impl Hub {
                     tracing::error!(error = %e, "cannot write a watch checkpoint");
                 }
                 st.seq += 1;
-                let item = Arc::new(Item { seq: st.seq, frame: frame(&st.cursor.id(), &run, line, &raw) });
+                let frame = frame(&st.cursor.id(), &run, line, &raw);
+                let item = Arc::new(Item { seq: st.seq, run: run.to_string(), frame });
                 if let Some(tx) = &st.tx {
                     let _ = tx.send(item);
                 }
@@ -470,17 +473,25 @@ async fn scan(hub: Arc<Hub>, api: Arc<Api>, mut shutdown: tokio::sync::watch::Re
 
 /// `GET /watch`. `last` is the client's cursor (`Last-Event-ID` or `?lastEventId`); `since_now`
 /// starts at the present instead of the beginning.
-pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Result<Response<Body>, Response<Body>> {
+/// `only`: the runs the client watches (empty: every run); the cursor still covers every run.
+pub async fn serve(
+    api: Arc<Api>,
+    last: Option<String>,
+    since_now: bool,
+    only: Vec<RunId>,
+) -> Result<Response<Body>, Response<Body>> {
     let hub = api.feed.hub(&api).await.map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     // Subscribed under the lock: no record falls between the snapshot and the subscription.
-    let (rx, present, seq0) = {
+    let (rx, present, seq0, now_id) = {
         let st = hub.state.lock().unwrap_or_else(|p| p.into_inner());
+        // The present's cursor, taken with the snapshot: sent first when nothing is to be caught up.
+        let now_id = st.cursor.id();
         let present: Vec<(RunId, PathBuf, u64)> =
             st.journals.iter().map(|(r, j)| (r.clone(), j.path.clone(), j.lines)).collect();
         let Some(tx) = &st.tx else {
             return Err(error_response(StatusCode::SERVICE_UNAVAILABLE, "the API is shutting down"));
         };
-        (tx.subscribe(), present, st.seq)
+        (tx.subscribe(), present, st.seq, now_id)
     };
     let (from, gone): (Vector, Option<String>) = match (&last, since_now) {
         (Some(id), _) => {
@@ -503,9 +514,15 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
     let catch_up = futures_util::stream::unfold(out, |mut out| async move { out.recv().await.map(|b| (b, out)) });
     // Set by a catch-up that could not deliver what its ids claim: no live record follows it.
     let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    tokio::spawn(catch_up_task(hub, present, from, gone, tx, cut.clone()));
+    let only = Arc::new(only);
+    let wanted = {
+        let only = only.clone();
+        move |run: &str| only.is_empty() || only.iter().any(|r| r.as_str() == run)
+    };
+    let start = Start { from, gone, now_id, wanted: Box::new(wanted.clone()) };
+    tokio::spawn(catch_up_task(hub, present, start, tx, cut.clone()));
     let live = futures_util::stream::unfold(rx, move |mut rx| {
-        let cut = cut.clone();
+        let (cut, wanted) = (cut.clone(), wanted.clone());
         async move {
             loop {
                 if cut.load(std::sync::atomic::Ordering::SeqCst) {
@@ -513,6 +530,7 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
                 }
                 match rx.recv().await {
                     Ok(item) if item.seq <= seq0 => continue,
+                    Ok(item) if !wanted(&item.run) => continue,
                     Ok(item) => return Some((item.frame.clone(), rx)),
                     // Fell too far behind, or the API is shutting down: the stream ends; the client
                     // reconnects with its last id and loses nothing.
@@ -533,14 +551,23 @@ pub async fn serve(api: Arc<Api>, last: Option<String>, since_now: bool) -> Resu
 
 /// One watcher's catch-up: from `from` to the present, read from the journals, with cursors of its
 /// own (the live records that follow build on that present).
+/// Where a watcher starts: its vector, the checkpoint its cursor named if that is gone, the present's
+/// cursor, and which runs it watches.
+struct Start {
+    from: Vector,
+    gone: Option<String>,
+    now_id: String,
+    wanted: Box<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
 async fn catch_up_task(
     hub: Arc<Hub>,
     mut present: Vec<(RunId, PathBuf, u64)>,
-    from: Vector,
-    gone: Option<String>,
+    start: Start,
     tx: mpsc::Sender<Bytes>,
     cut: Arc<std::sync::atomic::AtomicBool>,
 ) {
+    let Start { from, gone, now_id, wanted } = start;
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
     }
@@ -556,6 +583,10 @@ async fn catch_up_task(
     let had = |r: &RunId, upto: u64| from.get(r.as_str()).copied().filter(|&h| h <= upto).unwrap_or(0);
     let behind = present.iter().any(|(r, _, l)| had(r, *l) < *l);
     if !behind {
+        // Nothing to catch up (`?since=now`, or a client at the present): the present's cursor, as
+        // an id with no data — EventSource keeps it as its last id without an event — so a
+        // reconnect before the first record loses nothing appended meanwhile.
+        let _ = tx.send(Bytes::from(format!("id: {now_id}\n\n"))).await;
         return;
     }
     // One checkpoint for the whole catch-up: where the client starts and the present, in the
@@ -575,7 +606,8 @@ async fn catch_up_task(
     let cu = CatchUp { ckpt };
     for (k, (run, path, upto)) in present.iter().enumerate() {
         let have = had(run, *upto);
-        if have >= *upto {
+        // A run the client does not watch is not read (its cursor is tied to its filter).
+        if have >= *upto || !wanted(run.as_str()) {
             continue;
         }
         let p = path.clone();
@@ -604,6 +636,9 @@ async fn catch_up_task(
             return;
         }
     }
+    // At the present: its cursor (the same vector, as the live feed writes it), so the client's
+    // last id is right even when the runs it watches had nothing to catch up.
+    let _ = tx.send(Bytes::from(format!("id: {now_id}\n\n"))).await;
 }
 
 #[cfg(test)]

@@ -354,6 +354,29 @@ async fn dispatch(
 /// `GET /watch`: every run's journal records as SSE, from `Last-Event-ID` or `since=now`.
 async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
     let q = req.uri().query().map(str::to_string);
+    // Every parameter is one /watch knows (as GET /runs): a misspelt filter is a 400, not every run.
+    let mut runs = Vec::new();
+    for kv in q.as_deref().unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        match k {
+            "token" | "lastEventId" | "since" => {}
+            "run" => {
+                let v = routes::percent_decode(v)
+                    .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("query parameter run: {e}")))?;
+                let id = crate::ids::RunId::parse(&v)
+                    .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("query parameter run: {e}")))?;
+                runs.push(id);
+            }
+            other => {
+                return Err(error_response(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "unknown query parameter {other:?}: /watch takes run (repeatable), since, lastEventId, token"
+                    ),
+                ));
+            }
+        }
+    }
     let last = match req.headers().get("last-event-id") {
         Some(v) => Some(
             v.to_str().map_err(|_| error_response(StatusCode::BAD_REQUEST, "Last-Event-ID is not ASCII"))?.to_string(),
@@ -371,7 +394,7 @@ async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, 
             ));
         }
     };
-    feed::serve(api, last, since_now).await
+    feed::serve(api, last, since_now, runs).await
 }
 
 /// `GET /runs`: one page of the overview, its cursor and totals in headers.

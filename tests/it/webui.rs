@@ -67,3 +67,57 @@ fn a_ui_reads_every_header_a_quiet_updated_pending_counts_and_null_usage() {
     assert_eq!(again["updated"], updated, "a refused verb moved the run: {again}");
     assert_eq!(api.get(&format!("/runs/{run}")).json()["updated"], updated);
 }
+
+/// The first id-only frame of a `/watch` stream (an id with no data: EventSource keeps it).
+fn first_id(c: &mut SseConn) -> String {
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    loop {
+        let e = c.next().expect("an id before any record");
+        if let Some(id) = e.id.clone() {
+            assert!(e.data.is_empty(), "an id with no data first: {e:?}");
+            return id;
+        }
+    }
+}
+
+#[test]
+fn watch_sends_its_cursor_at_once_so_a_restart_before_any_record_loses_nothing_and_run_narrows_it() {
+    let b = Bench::new();
+    let runs = install_fixture_runs(&b.home());
+    let (a, other) = (runs[0].1.clone(), runs[1].1.clone());
+    let api = ApiProc::start(&b.home(), &[]);
+    // ?since=now: the present's cursor comes first, before any record.
+    let mut c = SseConn::open(api.port, "/watch?since=now", &[]);
+    assert_eq!(c.status, 200);
+    let id = first_id(&mut c);
+    drop(c);
+    drop(api);
+    // Records appended while no API runs, then a new API: the client resumes with that id.
+    for (run, by) in [(&a, "one"), (&other, "two")] {
+        let rec = format!(r#"{{"kind":"run","event":"paused","by":"{by}"}}"#);
+        let (code, _, err) = cli(&b.home(), &["journal", "append", run, &rec]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let api = ApiProc::start(&b.home(), &[]);
+    let mut c = SseConn::open(api.port, "/watch", &[("Last-Event-ID", &id)]);
+    c.stream.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let got: Vec<serde_json::Value> =
+        (0..2).map(|_| serde_json::from_str(&c.next_event().expect("a record").data).unwrap()).collect();
+    let bys: Vec<&str> = got.iter().map(|e| e["record"]["by"].as_str().unwrap()).collect();
+    assert_eq!(bys.len(), 2, "both appended records, none lost: {got:?}");
+    assert!(bys.contains(&"one") && bys.contains(&"two"), "{bys:?}");
+    drop(c);
+    // ?run= narrows the feed to that run (repeatable); an unknown parameter is a 400 naming it.
+    let mut c = SseConn::open(api.port, &format!("/watch?run={a}"), &[]);
+    c.stream.set_read_timeout(Some(Duration::from_millis(800))).unwrap();
+    let mut seen = Vec::new();
+    while let Some(e) = c.next_event() {
+        seen.push(serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["run"].as_str().unwrap().to_string());
+    }
+    assert!(!seen.is_empty() && seen.iter().all(|r| *r == a), "only {a}: {seen:?}");
+    let r = api.get("/watch?runs=x");
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("unknown query parameter \\\"runs\\\""), "{}", r.text());
+    let r = api.get("/watch?run=nope");
+    assert_eq!(r.status, 400, "{}", r.text());
+}
