@@ -304,6 +304,9 @@ pub struct RunSummary<J = JournalHealth> {
     /// Attention marks the journal holds.
     #[serde(default)]
     pub attention_marks: u64,
+    /// Tool calls asked and not yet decided (added: a card can say "2 to approve").
+    #[serde(default)]
+    pub pending_approvals: u64,
     /// The wave the run is on (the lowest with a task not committed).
     pub wave: Option<u32>,
     pub waves: Option<u32>,
@@ -380,6 +383,7 @@ impl<J> RunSummary<J> {
             resume_at: self.resume_at,
             budget_usd: self.budget_usd,
             attention_marks: self.attention_marks,
+            pending_approvals: self.pending_approvals,
             wave: self.wave,
             waves: self.waves,
             tasks: self.tasks,
@@ -465,6 +469,9 @@ pub struct TaskView {
     /// The same id, under the name every other view gives it (added; `id` stays).
     #[serde(default)]
     pub task: Option<TaskId>,
+    /// The task's tool calls asked and not yet decided (added).
+    #[serde(default)]
+    pub pending_approvals: u64,
     #[serde(flatten)]
     pub facts: TaskFacts,
     pub adapter: Adapter,

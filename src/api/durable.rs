@@ -137,6 +137,11 @@ impl Durable {
         views::TaskView {
             id: t.id.clone(),
             task: Some(t.id.clone()),
+            pending_approvals: v
+                .approvals
+                .values()
+                .filter(|a| a.task == t.id && a.state == crate::state::journal::ApprovalState::Pending)
+                .count() as u64,
             facts,
             adapter: t.adapter.into(),
             review: t.review,

@@ -25,7 +25,7 @@ pub const VERSION: &str = "runsummary/v1";
 
 /// What the row a summary holds was computed by: a summary of an older revision is stale (its row
 /// lacks what the view has since gained: `counts.pending`, an `updated` refusals do not move).
-pub const REV: u32 = 2;
+pub const REV: u32 = 3;
 
 /// What identifies a file's content for this cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +195,11 @@ impl RunFiles {
             resume_at: v.resume_at.clone(),
             budget_usd: v.budget_usd.or(plan.and_then(|p| p.budget_usd)),
             attention_marks: v.attention.len() as u64,
+            pending_approvals: v
+                .approvals
+                .values()
+                .filter(|a| a.state == crate::state::journal::ApprovalState::Pending)
+                .count() as u64,
             wave: self.current_wave(),
             waves: plan.map(|pl| pl.waves().len() as u32),
             tasks: plan.map_or(v.tasks.len(), |pl| pl.tasks.len()) as u64,

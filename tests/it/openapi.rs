@@ -343,6 +343,7 @@ pub(crate) mod types {
             resume_at: Some("2026-11-29T15:00:00.000Z".into()),
             budget_usd: Some(5.0),
             attention_marks: 1,
+            pending_approvals: 1,
             wave: Some(2),
             waves: Some(3),
             tasks: 5,
@@ -405,6 +406,7 @@ pub(crate) mod types {
         let task_view = TaskView {
             id: task(),
             task: Some(task()),
+            pending_approvals: 1,
             facts: facts(),
             adapter: Adapter::Claude,
             review: true,

@@ -190,3 +190,25 @@ fn a_newer_apis_views_read() {
     let w: WatchEvent = serde_json::from_str(w).unwrap();
     assert_eq!((w.line, w.bad), (3, None));
 }
+
+/// A card can say "1 to approve": the run row and the task count the calls asked and not decided
+/// (B1 asked twice; one was denied).
+#[test]
+fn pending_approvals_are_counted_on_the_row_and_the_task() {
+    let home = tempfile::tempdir().unwrap();
+    let mid = rich_home(home.path());
+    let api = ApiProc::start(home.path(), &[]);
+    let rows = api.get("/runs").json();
+    let row = rows.as_array().unwrap().iter().find(|r| r["runId"] == mid.as_str()).unwrap().clone();
+    assert_eq!(row["pending_approvals"], 1, "{row}");
+    let detail = api.get(&format!("/runs/{mid}")).json();
+    assert_eq!(detail["pending_approvals"], 1);
+    let tasks: Vec<Value> = detail["plan"]["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| w["tasks"].as_array().unwrap().clone())
+        .collect();
+    let of = |id: &str| tasks.iter().find(|t| t["id"] == id).unwrap()["pending_approvals"].clone();
+    assert_eq!((of("B1"), of("A1")), (serde_json::json!(1), serde_json::json!(0)));
+}
