@@ -154,6 +154,34 @@ pub enum PauseReason {
     Unknown,
 }
 
+/// Why a task halted, as a UI shows it (derived from the halt's code and words: `detail` stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HaltReason {
+    /// The engine's turn failed (an API error, a crash, a missing engine, an exit code).
+    EngineError,
+    /// The task's gate failed or did not run.
+    Gate,
+    /// The plan's setup failed or did not run in the task's worktree.
+    Setup,
+    /// The review seat rejected the change (or gave no verdict).
+    ReviewReject,
+    /// The engine's rate limit; the run resumes by itself.
+    RateLimited,
+    /// Killed by someone or something (`killed by …`: an operator, a budget, a stall, a stop).
+    Killed,
+    /// A live turn interrupted by the operator.
+    Interrupted,
+    /// The task's work did not integrate (a conflict, kept for inspection).
+    Conflict,
+    /// The turn ran past its timeout.
+    Timeout,
+    /// harness itself could not go on (a file it could not write, a commit that failed).
+    Harness,
+    #[serde(other)]
+    Unknown,
+}
+
 /// Which control plane executes a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -203,6 +231,7 @@ pub enum Decision {
 }
 
 named!(
+    HaltReason,
     RunStatus,
     TaskState,
     LiveState,
@@ -460,6 +489,9 @@ pub struct TaskFacts {
     /// The task's own git worktree, present while it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<PathBuf>,
+    /// Why a halted task halted (added; `null` for any other state).
+    #[serde(default)]
+    pub halt_reason: Option<HaltReason>,
 }
 
 /// A task of the plan in the Job view.

@@ -176,6 +176,42 @@ impl From<&journal::ApprovalView> for views::ApprovalView {
     }
 }
 
+/// Why a task halted, from its halt's exit code and words (the pipeline writes each halt's
+/// `detail` in one of these forms; `spec/openapi.yaml` names the reasons, `TaskState.halt_reason`).
+pub fn halt_reason(rc: Option<i32>, detail: &str) -> views::HaltReason {
+    use views::HaltReason as H;
+    let starts = |p: &str| detail.starts_with(p);
+    if starts("rate_limited:") {
+        H::RateLimited
+    } else if starts("killed by ") {
+        H::Killed
+    } else if starts("interrupted by ") {
+        H::Interrupted
+    } else if starts("gate ") {
+        H::Gate
+    } else if starts("setup ") {
+        H::Setup
+    } else if starts("review rejected") || starts("verdict:") || starts("no verdict") {
+        H::ReviewReject
+    } else if detail.contains("conflict") {
+        H::Conflict
+    } else if rc == Some(crate::exit::TIMED_OUT) || detail.contains("timed out") {
+        H::Timeout
+    } else if starts("cannot ")
+        || starts("commit failed")
+        || starts("review seat")
+        || starts("review: ")
+        || starts("integration failed")
+        || starts("no commit of task")
+        || starts("the run's worktree")
+        || detail.contains("did not run")
+    {
+        H::Harness
+    } else {
+        H::EngineError
+    }
+}
+
 /// The run's tasks by state.
 pub fn counts(view: &RunView) -> views::Counts {
     let n = |s| view.count(s);
@@ -215,6 +251,7 @@ pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
             attempts: t.attempts,
             updated: Some(t.ts.clone()),
             worktree: None,
+            halt_reason: (t.state == TaskState::Halted).then(|| halt_reason(t.rc, t.detail.as_deref().unwrap_or(""))),
         },
         None => views::TaskFacts {
             state: views::TaskState::Pending,
@@ -226,6 +263,7 @@ pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
             attempts: 0,
             updated: None,
             worktree: None,
+            halt_reason: None,
         },
     }
 }
@@ -261,6 +299,32 @@ mod tests {
         }
         for p in [Plane::Standalone, Plane::Dynwf] {
             assert_eq!(views::Plane::from(p).as_str(), crate::wire::name_of(&p));
+        }
+    }
+
+    #[test]
+    fn each_halt_the_pipeline_writes_has_its_reason() {
+        use views::HaltReason as H;
+        for (rc, detail, want) in [
+            (1, "rate_limited: claude: API error 429 (lifts at 2026-12-03T14:00:00Z)", H::RateLimited),
+            (143, "killed by api", H::Killed),
+            (143, "killed by budget", H::Killed),
+            (1, "interrupted by cli", H::Interrupted),
+            (3, "gate failed (exit 3): npm test: FAIL 2 tests", H::Gate),
+            (127, "gate did not run: No such file", H::Gate),
+            (7, "setup failed (exit 7): npm ci: npm is missing", H::Setup),
+            (1, "review rejected: REJECT: no tests", H::ReviewReject),
+            (3, "no verdict: the final message must start with APPROVE", H::ReviewReject),
+            (1, "conflict integrating onto 1234567: shared.txt", H::Conflict),
+            (124, "claude turn timed out after 600 s", H::Timeout),
+            (1, "cannot write /x/y.txt: Read-only file system", H::Harness),
+            (1, "commit failed: index.lock", H::Harness),
+            (1, "integration failed: git rebase", H::Harness),
+            (127, "wrapper did not run: No such file", H::Harness),
+            (3, "claude turn failed: API Error: 529 overloaded", H::EngineError),
+            (4, "engine not found: claude", H::EngineError),
+        ] {
+            assert_eq!(halt_reason(Some(rc), detail), want, "{detail}");
         }
     }
 }

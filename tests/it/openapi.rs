@@ -386,6 +386,7 @@ pub(crate) mod types {
             attempts: 1,
             updated: Some("2026-11-29T14:03:07.000Z".into()),
             worktree: Some("/w/B1".into()),
+            halt_reason: Some(HaltReason::Gate),
         }
     }
 
@@ -602,6 +603,20 @@ pub(crate) mod types {
         let steers = [St::Queued, St::Delivered, St::Taken, St::Applied, St::Refused];
         known(&spec, &format!("{s}/TaskDetail/allOf/1/properties/steers/items/properties/state"), &steers);
         known(&spec, &format!("{s}/Attention/properties/attention"), &[AttentionKind::Stalled]);
+        use HaltReason as H;
+        let halts = [
+            H::EngineError,
+            H::Gate,
+            H::Setup,
+            H::ReviewReject,
+            H::RateLimited,
+            H::Killed,
+            H::Interrupted,
+            H::Conflict,
+            H::Timeout,
+            H::Harness,
+        ];
+        known(&spec, &format!("{s}/TaskState/properties/halt_reason"), &halts);
         known(&spec, &format!("{s}/RunSummary/properties/plane"), &[Plane::Standalone, Plane::Dynwf]);
         let adapter = format!(
             "{s}/RunDetail/allOf/1/properties/plan/properties/waves/items/properties/tasks/items/allOf/1/properties/adapter"

@@ -48,6 +48,10 @@ fn a_ui_reads_every_header_a_quiet_updated_pending_counts_and_null_usage() {
     }
     let by = |id: &str| tasks.iter().find(|t| t["id"] == id).unwrap().clone();
     assert!(by("C1")["usage"].is_null(), "never ran: {}", by("C1"));
+    // Why B1 halted, structured beside its detail; null for a task that did not halt.
+    assert_eq!(by("B1")["state"], "halted", "{}", by("B1"));
+    assert_eq!(by("B1")["halt_reason"], "gate", "{}", by("B1"));
+    assert!(by("A1")["halt_reason"].is_null());
     assert!(by("A1")["usage"]["turns"].as_u64().is_some_and(|n| n >= 1), "{}", by("A1"));
 
     // A refused verb is on the record and does not make the run "updated".
