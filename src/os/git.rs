@@ -449,6 +449,12 @@ pub fn head(worktree: &Path) -> Result<String, GitError> {
 /// (with what it printed) is the error.
 pub fn worktree_add(repo: &Path, path: &Path, branch: &str, start: &str, hooks: Hooks) -> Result<(), GitError> {
     let p = path.to_string_lossy();
+    // A `git worktree add -b` killed with its supervisor leaves the new branch's ref lock: the
+    // branch is harness's and the caller holds the worktree-admin lock, so it is stale — removed,
+    // or every later attempt fails "cannot lock ref".
+    if let Ok(common) = common_dir(repo) {
+        let _ = std::fs::remove_file(common.join(format!("refs/heads/{branch}.lock")));
+    }
     // --force twice: a path a killed `git worktree add` left registered (missing, or locked while
     // "initializing") is ours to reuse; -b still refuses a branch that exists.
     git_as(repo, hooks, &["worktree", "add", "-q", "-f", "-f", "-b", branch, &p, start]).map(|_| ()).map_err(
@@ -992,6 +998,18 @@ mod tests {
         let mut args = identity(dir);
         args.extend(["commit", "-q", "-m", msg]);
         git(dir, &args).unwrap();
+    }
+
+    #[test]
+    fn a_stale_lock_of_the_new_branch_does_not_stop_worktree_add() {
+        let (d, base) = repo();
+        let lock = d.path().join(".git/refs/heads/harness/r1/A.lock");
+        std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+        std::fs::write(&lock, "").unwrap();
+        let wt = tempfile::tempdir().unwrap();
+        let path = wt.path().join("A");
+        worktree_add(d.path(), &path, "harness/r1/A", &base, Hooks::Off).unwrap();
+        assert!(path.join(".git").exists() && !lock.exists());
     }
 
     #[test]
