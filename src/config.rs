@@ -93,7 +93,7 @@ pub fn api_token(home: &Home) -> Result<Option<String>, ConfigError> {
     if !meta.is_file() {
         return Err(ConfigError::UnreadableToken { path, reason: "not a regular file".into() });
     }
-    let me = nix::unistd::geteuid().as_raw();
+    let me = crate::os::peer::own_uid();
     if meta.uid() != me {
         return Err(ConfigError::ForeignToken { path, owner: meta.uid(), me });
     }

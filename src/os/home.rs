@@ -121,7 +121,7 @@ fn owned(dir: &Path, follow: bool) -> Result<(), HomeError> {
     if meta.file_type().is_symlink() {
         return Err(HomeError::Link { path });
     }
-    let me = nix::unistd::geteuid().as_raw();
+    let me = crate::os::peer::own_uid();
     if meta.uid() != me {
         return Err(HomeError::Foreign { path, owner: meta.uid(), me });
     }
@@ -144,7 +144,7 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let meta = fs::metadata(dir)?;
-    let me = nix::unistd::geteuid().as_raw();
+    let me = crate::os::peer::own_uid();
     if meta.uid() != me {
         // Another user's dir (a `runstate/` a co-user made in a shared checkout): what is in it
         // (a plan copy whose gates run as us) is not ours to trust.

@@ -51,12 +51,22 @@ pub fn socket_holder(inode: u32) -> Option<u32> {
     None
 }
 
-/// `pid`'s parent, from `/proc/<pid>/stat` (`None`: gone, or no `/proc`).
-pub fn parent_of(pid: u32) -> Option<u32> {
+/// (state, ppid, pgrp) of a pid from `/proc/<pid>/stat` (`None`: gone, or no `/proc`). The
+/// command name may hold spaces and parentheses: the fields follow its last `)`.
+pub fn stat_fields(pid: i32) -> Option<(char, i32, i32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the fields follow its last `)`.
     let rest = stat.get(stat.rfind(')')? + 2..)?;
-    rest.split(' ').nth(1)?.parse().ok()
+    let mut f = rest.split(' ');
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
+}
+
+/// `pid`'s parent (`None`: gone, or no `/proc`).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let (_, ppid, _) = stat_fields(i32::try_from(pid).ok()?)?;
+    u32::try_from(ppid).ok()
 }
 
 /// `pid` and its ancestors, nearest first, down to pid 1 (included: a supervisor may be a

@@ -27,16 +27,7 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     out
 }
 
-/// (state, ppid, pgrp) of a pid from `/proc/<pid>/stat`.
-pub fn stat_fields(pid: i32) -> Option<(char, i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let mut f = rest.split(' ');
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
-    Some((state, ppid, pgrp))
-}
+pub use crate::os::peer::stat_fields;
 
 fn killpg(pgid: i32, sig: Signal) {
     // pgid > 1 never targets init or "every process". ESRCH (already gone) is what we want anyway.
