@@ -137,11 +137,7 @@ impl Durable {
         views::TaskView {
             id: t.id.clone(),
             task: Some(t.id.clone()),
-            pending_approvals: v
-                .approvals
-                .values()
-                .filter(|a| a.task == t.id && a.state == crate::state::journal::ApprovalState::Pending)
-                .count() as u64,
+            pending_approvals: v.pending_approvals(Some(&t.id)),
             facts,
             adapter: t.adapter.into(),
             review: t.review,

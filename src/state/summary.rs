@@ -195,18 +195,11 @@ impl RunFiles {
             resume_at: v.resume_at.clone(),
             budget_usd: v.budget_usd.or(plan.and_then(|p| p.budget_usd)),
             attention_marks: v.attention.len() as u64,
-            pending_approvals: v
-                .approvals
-                .values()
-                .filter(|a| a.state == crate::state::journal::ApprovalState::Pending)
-                .count() as u64,
+            pending_approvals: v.pending_approvals(None),
             wave: self.current_wave(),
             waves: plan.map(|pl| pl.waves().len() as u32),
             tasks: plan.map_or(v.tasks.len(), |pl| pl.tasks.len()) as u64,
-            counts: views::Counts {
-                pending: plan.map_or(0, |pl| pl.tasks.iter().filter(|t| !v.tasks.contains_key(&t.id)).count()) as u64,
-                ..crate::state::views::counts(v)
-            },
+            counts: crate::state::views::counts(v, plan),
             updated: v.last_ts.clone(),
             journal: views::JournalHealth {
                 records: v.records,

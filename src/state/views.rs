@@ -212,8 +212,8 @@ pub fn halt_reason(rc: Option<i32>, detail: &str) -> views::HaltReason {
     }
 }
 
-/// The run's tasks by state.
-pub fn counts(view: &RunView) -> views::Counts {
+/// The run's tasks by state; `pending`: the plan's tasks with no state yet (0 without the plan).
+pub fn counts(view: &RunView, plan: Option<&crate::state::plan::Plan>) -> views::Counts {
     let n = |s| view.count(s);
     views::Counts {
         leased: n(TaskState::Leased),
@@ -223,8 +223,7 @@ pub fn counts(view: &RunView) -> views::Counts {
         committed: n(TaskState::Committed),
         halted: n(TaskState::Halted),
         skipped: n(TaskState::Skipped),
-        // Known only with the plan: the summary sets it.
-        pending: 0,
+        pending: plan.map_or(0, |p| p.tasks.iter().filter(|t| !view.tasks.contains_key(&t.id)).count()) as u64,
     }
 }
 

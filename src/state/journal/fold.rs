@@ -404,6 +404,12 @@ impl RunView {
         m
     }
 
+    /// Tool calls asked and not yet decided: the run's, or one task's.
+    pub fn pending_approvals(&self, task: Option<&TaskId>) -> u64 {
+        let asked = |a: &&ApprovalView| task.is_none_or(|t| &a.task == t);
+        self.approvals.values().filter(asked).filter(|a| a.state == super::ApprovalState::Pending).count() as u64
+    }
+
     /// How many tasks are in `state`.
     pub fn count(&self, state: TaskState) -> u64 {
         self.tasks.values().filter(|t| t.state == state).count() as u64
