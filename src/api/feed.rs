@@ -100,13 +100,15 @@ fn write_checkpoint(dir: &Path, c: &Checkpoint, keep: Option<&str>) -> std::io::
         crate::os::home::write_atomic(&path, &body, 0o600)?;
         cap(dir, CHECKPOINT_CAP, &[Some(name.as_str()), keep]);
     } else {
-        // Touched, so the clean-up keeps what is in use.
-        let _ = std::fs::File::options()
-            .append(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        touch(&path);
     }
     Ok(name)
+}
+
+/// Marks a checkpoint as in use (found again, or named by a client's cursor): the age limit and
+/// the cap remove the least recently used first.
+fn touch(path: &Path) {
+    let _ = std::fs::File::options().append(true).open(path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
 }
 
 /// Keeps the checkpoint directory under `limit` bytes: the least recently used files go first
@@ -210,9 +212,7 @@ fn parse_cursor(dir: &Path, id: &str) -> Result<Named, String> {
     let Ok(body) = std::fs::read(&path) else {
         return Ok(Named::Gone(ckpt.to_string()));
     };
-    // In use: touched, so the cap removes others first.
-    let _ =
-        std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    touch(&path);
     let c = serde_json::from_slice::<Checkpoint>(&body).map_err(|e| format!("checkpoint {ckpt} is unreadable: {e}"))?;
     if let Some((k, line)) = at {
         if k >= c.runs.len() {
