@@ -181,7 +181,10 @@ impl From<&journal::ApprovalView> for views::ApprovalView {
 pub fn halt_reason(rc: Option<i32>, detail: &str) -> views::HaltReason {
     use views::HaltReason as H;
     let starts = |p: &str| detail.starts_with(p);
-    if starts("rate_limited:") {
+    // The engine's own words follow "engine failed:": "Request timed out" there is the engine's.
+    if starts("engine failed:") {
+        H::EngineError
+    } else if starts("rate_limited:") {
         H::RateLimited
     } else if starts("killed by ") {
         H::Killed
@@ -193,7 +196,7 @@ pub fn halt_reason(rc: Option<i32>, detail: &str) -> views::HaltReason {
         H::Setup
     } else if starts("review rejected") || starts("verdict:") || starts("no verdict") {
         H::ReviewReject
-    } else if detail.contains("conflict") {
+    } else if starts("conflict integrating onto") {
         H::Conflict
     } else if rc == Some(crate::exit::TIMED_OUT) || detail.contains("timed out") {
         H::Timeout
@@ -321,6 +324,8 @@ mod tests {
             (1, "integration failed: git rebase", H::Harness),
             (127, "wrapper did not run: No such file", H::Harness),
             (3, "claude turn failed: API Error: 529 overloaded", H::EngineError),
+            (3, "engine failed: exit 1: API Error: Request timed out.", H::EngineError),
+            (3, "engine failed: exit 1: credentials conflict with the organization policy", H::EngineError),
             (4, "engine not found: claude", H::EngineError),
         ] {
             assert_eq!(halt_reason(Some(rc), detail), want, "{detail}");
