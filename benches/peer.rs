@@ -113,8 +113,12 @@ fn sse_connect() {
         loop {
             let Ok((s, _)) = unchecked.accept().await else { continue };
             let _ = s.set_nodelay(true);
-            let conn =
-                Conn { via: Via::Tcp(unchecked_port), uid: Some(me), origin: harness::api::guard::Origin::Unknown };
+            let conn = Conn {
+                via: Via::Tcp(unchecked_port),
+                uid: Some(me),
+                origin: harness::api::guard::Origin::Unknown,
+                tokened: false,
+            };
             let api = a.clone();
             let svc = hyper::service::service_fn(move |req| harness::api::handle(api.clone(), conn, req));
             tokio::spawn(async move {

@@ -29,6 +29,8 @@ pub struct Conn {
     pub via: Via,
     pub uid: Option<u32>,
     pub origin: Origin,
+    /// The request presented the valid token (set once access is granted).
+    pub tokened: bool,
 }
 
 /// Which process is on the other end, as far as the kernel tells: what the operator-only verbs
@@ -55,6 +57,19 @@ impl Conn {
         if self.uid.is_some_and(|u| u != crate::os::peer::own_uid()) {
             return Ok(None);
         }
+        let placed = self.placed();
+        // A client the API cannot look into (an ssh tunnel's forwarder, a process that is not
+        // dumpable) is let through by the token, which an agent has only as far as SECURITY.md says.
+        match placed {
+            Err(_) if self.tokened => Ok(None),
+            Err(why) => Err(format!(
+                "{why}; a client this API cannot look into (an ssh tunnel, say) presents the token (`harness token`)"
+            )),
+            ok => ok,
+        }
+    }
+
+    fn placed(&self) -> Result<Option<u32>, String> {
         match self.origin {
             // 0: a peer in a pid namespace this process cannot see.
             Origin::Pid(0) => Err("cannot tell which process sent this request (its pid is not visible here)".into()),
@@ -80,6 +95,11 @@ pub enum Denied {
 }
 
 /// The token a request presents: the `Authorization: Bearer` header, else `?token=`.
+/// Whether the request presents a token at all (`check_access` judged it first).
+pub fn token_presented(headers: &HeaderMap, query: Option<&str>) -> bool {
+    matches!(presented(headers, query), Ok(Some(_)))
+}
+
 fn presented(headers: &HeaderMap, query: Option<&str>) -> Result<Option<String>, Denied> {
     if let Some(v) = headers.get(hyper::header::AUTHORIZATION) {
         // An Authorization header in any other scheme is a mistake to be told, not ignored.
@@ -199,6 +219,17 @@ fn allowed_any_port(host: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_sender_the_api_cannot_place_passes_with_the_token_only() {
+        let c = |tokened| Conn { via: Via::Tcp(1), uid: None, origin: Origin::Socket(u32::MAX), tokened };
+        let refused = c(false).sender_pid().unwrap_err();
+        assert!(refused.contains("cannot tell which process") && refused.contains("harness token"), "{refused}");
+        assert_eq!(c(true).sender_pid(), Ok(None), "an ssh tunnel presenting the token");
+        let other = Conn { uid: Some(crate::os::peer::own_uid() + 1), ..c(false) };
+        assert_eq!(other.sender_pid(), Ok(None), "another uid is no task of ours");
+    }
+
     use super::*;
     use hyper::header::HeaderValue;
 

@@ -300,8 +300,8 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
         return r;
     }
     let token = api.token.read().unwrap_or_else(|p| p.into_inner()).clone();
-    match guard::check_access(req.headers(), req.uri().query(), token.as_deref(), conn.uid, api.owner_uid) {
-        Ok(()) => {}
+    let conn = match guard::check_access(req.headers(), req.uri().query(), token.as_deref(), conn.uid, api.owner_uid) {
+        Ok(()) => Conn { tokened: guard::token_presented(req.headers(), req.uri().query()), ..conn },
         Err(guard::Denied::BadToken(detail)) => {
             crate::state::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 401, &detail);
             let mut r = error_response(StatusCode::UNAUTHORIZED, detail);
@@ -312,7 +312,7 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
             crate::state::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), 403, &detail);
             return error_response(StatusCode::FORBIDDEN, detail);
         }
-    }
+    };
     dispatch(api, route, req, conn).await.unwrap_or_else(|r| r)
 }
 

@@ -216,13 +216,19 @@ async fn accept(l: &Listener) -> Option<(Box<dyn ConnIo>, Conn)> {
                 None => Origin::Unknown,
             };
             let port = local.map_or(0, |a| a.port());
-            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Tcp(port), uid: found.map(|(uid, _)| uid), origin })
+            (
+                Box::new(s) as Box<dyn ConnIo>,
+                Conn { via: Via::Tcp(port), uid: found.map(|(uid, _)| uid), origin, tokened: false },
+            )
         }),
         Listener::Unix(u) => u.accept().await.map(|(s, _)| {
             let cred = s.peer_cred().ok();
             let pid = cred.and_then(|c| c.pid()).and_then(|p| u32::try_from(p).ok());
             let origin = pid.map_or(Origin::Unknown, Origin::Pid);
-            (Box::new(s) as Box<dyn ConnIo>, Conn { via: Via::Unix, uid: cred.map(|c| c.uid()), origin })
+            (
+                Box::new(s) as Box<dyn ConnIo>,
+                Conn { via: Via::Unix, uid: cred.map(|c| c.uid()), origin, tokened: false },
+            )
         }),
     };
     match r {
