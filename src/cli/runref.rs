@@ -44,6 +44,21 @@ fn pick(reference: &str, all: &[Pointer], here: Option<&std::path::Path>) -> Res
     };
     let slug: Vec<&Pointer> = all.iter().filter(|p| p.slug.as_str() == reference).collect();
     if let Some(r) = choose(slug, "slug") {
+        // The slug names that run; when the plan ran again there, say which run is the newest
+        // (`harness pause p4` after a re-run means p4 itself, which may be over).
+        if let Ok(id) = &r
+            && let Some(named) = all.iter().find(|p| &p.run_id == id)
+            && let Some(newer) = all
+                .iter()
+                .filter(|p| p.plan_slug() == named.plan_slug() && p.worktree == named.worktree)
+                .filter(|p| p.created > named.created)
+                .max_by(|a, b| a.created.cmp(&b.created))
+        {
+            eprintln!(
+                "harness: {reference:?} names run {id} (its own slug); the plan ran again here since: its newest run is {} (name it `{}`)",
+                newer.run_id, newer.slug
+            );
+        }
         return r;
     }
     // A plan's runs: the newest of each repository's, then the current repository's.

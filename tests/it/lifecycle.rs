@@ -337,6 +337,8 @@ fn a_run_is_named_by_its_slug_a_prefix_or_its_plan_and_an_ambiguous_name_lists_t
     let (code, out, err) = show("refs", &b.repo());
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("\"status\""), "{out}");
+    // The plan ran again here (as `hot`): the slug still names its own run, and says which is newest.
+    assert!(err.contains("its newest run is") && err.contains("`hot`"), "{err}");
     let (code, _, err) = show("refs", b.dir.path());
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("names more than one run") && err.contains(&first), "{err}");
