@@ -883,6 +883,30 @@ pub fn clear_stale_locks(worktree: &Path, branch: &str, max: std::time::Duration
     locks.into_iter().filter(|l| l.exists() && std::fs::remove_file(l).is_ok()).collect()
 }
 
+/// Removes the `.lock` files among the loose refs under `prefix` (e.g. `refs/harness/<runId>/<task>/`)
+/// in `repo`'s common dir — for a caller that knows no git of its own is writing them. Returns the
+/// locks it removed.
+pub fn clear_ref_locks(repo: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    let Ok(common) = common_dir(repo) else { return Vec::new() };
+    let mut removed = Vec::new();
+    let mut dirs = vec![common.join(prefix.trim_end_matches('/'))];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(p),
+                Ok(t) if t.is_file() && p.extension().is_some_and(|x| x == "lock") => {
+                    if std::fs::remove_file(&p).is_ok() {
+                        removed.push(p);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    removed
+}
+
 /// Escapes a value for a basic regular expression (ids only hold `[A-Za-z0-9._-]`).
 fn bre_literal(s: &str) -> String {
     s.replace('.', "\\.")

@@ -192,6 +192,11 @@ pub fn setup_done(t: &TaskTree) -> std::io::Result<()> {
 pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitError> {
     let _admin = admin_lock(run_wt)?;
     settle(t);
+    // The task's refs are written only by its own pipeline, which is not running: a lock among them
+    // is a git killed with its supervisor (else every later attempt fails "cannot lock ref").
+    for l in git::clear_ref_locks(run_wt, &task_refs(r.run, r.task)) {
+        tracing::warn!(task = %r.task, lock = %l.display(), "removed a stale lock on one of the task's refs");
+    }
     let base_name = base_ref(r.run, r.task);
     let known_base = git::ref_sha(run_wt, &base_name);
     let latest = attempts(run_wt, r.run, r.task).pop().filter(|(_, sha)| belongs(run_wt, sha, r));
@@ -638,6 +643,21 @@ mod tests {
         std::fs::write(dir.join("AUTO_MERGE.lock"), "").unwrap();
         let removed = git::clear_stale_locks(&t.path, &t.branch, std::time::Duration::from_millis(50));
         assert_eq!(removed, vec![dir.join("AUTO_MERGE.lock")]);
+    }
+
+    /// A supervisor killed while `git update-ref` wrote the task's base left `base.lock`: the next
+    /// `prepare` removes it (under real systemd, a kill -9 halted the task "cannot lock ref" for good).
+    #[test]
+    fn a_lock_a_killed_git_left_on_the_tasks_refs_is_removed() {
+        let (d, repo, run, task) = scratch();
+        let r = Ready { run: &run, task: &task, nonce: None, hooks: Hooks::Off };
+        let t = TaskTree { path: d.path().join("wt/T"), branch: "harness/0123456789ab--r/T".into() };
+        let refs = repo.join(".git/refs/harness/0123456789ab--r/T");
+        std::fs::create_dir_all(&refs).unwrap();
+        std::fs::write(refs.join("base.lock"), "").unwrap();
+        let p = prepare(&repo, &t, &r).expect("prepared despite the stale lock");
+        assert!(!refs.join("base.lock").exists());
+        assert_eq!(git::ref_sha(&repo, &base_ref(&run, &task)), Some(p.base));
     }
 
     /// `setup` is owed until it succeeded once in the worktree, whatever restarts come between.
