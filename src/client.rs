@@ -88,7 +88,16 @@ pub fn query_value(v: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
     pub id: Option<String>,
+    /// Its `event:` type; `None` is a plain message (an events/v1 event, a `/watch` record).
+    pub event: Option<String>,
     pub data: String,
+}
+
+impl SseEvent {
+    /// A task stream's last event (`event: end`, data `views::StreamEnd`).
+    pub fn end(&self) -> Option<crate::views::StreamEnd> {
+        (self.event.as_deref() == Some("end")).then(|| serde_json::from_str(&self.data).ok()).flatten()
+    }
 }
 
 impl Client {
@@ -220,8 +229,9 @@ impl Client {
     }
 
     /// Follows an SSE stream, calling `on_event` for each event; reconnects with the last id after a
-    /// dropped connection. Returns when `on_event` returns false, or with the status of a non-200
-    /// answer (e.g. 409 when the run is not live).
+    /// dropped connection. Returns when `on_event` returns false, after an `event: end` (which
+    /// `on_event` is given too: the stream is over, reconnecting would not continue it), or with
+    /// the status of a non-200 answer (e.g. 409 when the run is not live).
     pub async fn follow(
         &self,
         path: &str,
@@ -252,7 +262,7 @@ impl Client {
             backoff = Duration::from_millis(200);
             let mut body = resp.into_body();
             let mut buf = Vec::new();
-            let mut cur = SseEvent { id: None, data: String::new() };
+            let mut cur = SseEvent { id: None, event: None, data: String::new() };
             while let Some(frame) = body.frame().await {
                 let Ok(frame) = frame else { break };
                 let Some(chunk) = frame.data_ref() else { continue };
@@ -265,13 +275,15 @@ impl Client {
                             if cur.id.is_some() {
                                 last_id = cur.id.clone();
                             }
-                            if !on_event(&cur) {
+                            if !on_event(&cur) || cur.event.as_deref() == Some("end") {
                                 return Ok(200);
                             }
                         }
-                        cur = SseEvent { id: None, data: String::new() };
+                        cur = SseEvent { id: None, event: None, data: String::new() };
                     } else if let Some(v) = line.strip_prefix("id:") {
                         cur.id = Some(v.trim().to_string());
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        cur.event = Some(v.trim().to_string());
                     } else if let Some(v) = line.strip_prefix("data:") {
                         if !cur.data.is_empty() {
                             cur.data.push('\n');

@@ -232,6 +232,7 @@ pub enum Decision {
 
 named!(
     HaltReason,
+    EndReason,
     RunStatus,
     TaskState,
     LiveState,
@@ -663,6 +664,38 @@ pub struct WatchEvent {
     /// Such a line's text (its first 4 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bad: Option<String>,
+}
+
+/// Why a task's `/stream` or `/feed` ended (`event: end`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The task is over: committed or skipped.
+    TaskOver,
+    /// The run ended (finished, failed, stopped): the task will not run again.
+    RunOver,
+    /// No supervisor answers for the run (it died or was never started): nothing follows until
+    /// one does; the run's state stays readable.
+    NotLive,
+    #[serde(other)]
+    Unknown,
+}
+
+/// The data of a task stream's last event, `event: end` (`GET …/stream`, `GET …/feed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamEnd {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub task: TaskId,
+    pub reason: EndReason,
+    /// The task's state then.
+    pub state: TaskState,
+    /// The run's status then.
+    pub run_status: RunStatus,
+    /// The seq of the last event sent before it (`None`: the task had none).
+    pub last_seq: Option<String>,
+    /// What ended it, in words.
+    pub detail: String,
 }
 
 /// What an answer says of itself: `{ok: false, detail}` for every error; a verb's answer carries

@@ -337,6 +337,12 @@ async fn dispatch(
             Ok(json_response(StatusCode::OK, &v))
         }
         Route::Stream(run, task) => live_stream(api, run, task, req).await,
+        Route::Feed(run, task) => {
+            let after = stream::last_event_id(req.headers(), req.uri().query())?;
+            let a = api.clone();
+            let src = blocking(move || stream::source(&a, &run, &task)).await??;
+            Ok(stream::sse(api, src, after))
+        }
         Route::Events(run, task) => events(api, run, task, req).await,
         Route::Steer(run, task) => verbs::verb(api, run, Some(task), Name::Steer, req, peer).await,
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Name::Kill, req, peer).await,

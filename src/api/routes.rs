@@ -13,6 +13,8 @@ pub enum Route {
     Run(RunId),
     Task(RunId, TaskId),
     Stream(RunId, TaskId),
+    /// The task's events recorded and live, for any run, ending with `event: end`.
+    Feed(RunId, TaskId),
     Events(RunId, TaskId),
     Steer(RunId, TaskId),
     Kill(RunId, TaskId),
@@ -40,6 +42,7 @@ impl Route {
             | Route::Run(_)
             | Route::Task(..)
             | Route::Stream(..)
+            | Route::Feed(..)
             | Route::Events(..)
             | Route::Approvals(_) => &["GET"],
             Route::Decide(..) => &["POST"],
@@ -114,6 +117,7 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs", r, "tasks", t] => Route::Task(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "stream"] => Route::Stream(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "events"] => Route::Events(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "feed"] => Route::Feed(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "steer"] => Route::Steer(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "kill"] => Route::Kill(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "interrupt"] => Route::Interrupt(run(r)?, task(t)?),

@@ -98,6 +98,9 @@ fn sse_frame(w: &Writer, e: &Event, with_id: bool) -> Bytes {
 /// for a client that reads slower than the log grows (the file is the buffer); a client that takes
 /// nothing for `slow_client_grace` starts losing events and gets one `error` event naming the
 /// dropped range once it reads again (no silent loss; memory stays bounded).
+///
+/// Either ends with `event: end` (`views::StreamEnd`) once the task or its run is over, or no
+/// supervisor has answered for `NOT_LIVE_GRACE`, and then closes.
 pub fn sse(api: Arc<Api>, src: Source, after: Option<Seq>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(api.cfg.stream_buffer.max(2));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -142,6 +145,8 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
     heartbeat.tick().await;
     // Dropped range (first, last) waiting to be reported.
     let mut dropped: Option<(Seq, Seq)> = None;
+    let mut end = EndWatch::new(&api, &src);
+    let mut last_sent = after;
     loop {
         let (lines, state) = match tail.read_available(8 * 1024) {
             Ok(r) => r,
@@ -162,6 +167,7 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
                 if deliver(&api, &tx, &w, &mut dropped, &e).await.is_err() {
                     return;
                 }
+                last_sent = Some(e.seq);
             }
         }
         if state == TailState::Vanished {
@@ -185,9 +191,20 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
             heartbeat.reset();
             continue; // more may be there already
         }
+        // Read to the log's end: is there more to come? The task's last line is in the log before
+        // the journal says it is over (the wrapper exits first).
+        if let Some(done) = end.check(last_sent).await {
+            if let Some((first, last)) = dropped.take() {
+                let _ = tx.send(sse_frame(&w, &overflow_event(&run, &task, first, last), false)).await;
+            }
+            let data = serde_json::to_string(&done).unwrap_or_default();
+            let _ = tx.send(Bytes::from(format!("event: end\ndata: {data}\n\n"))).await;
+            return;
+        }
         tokio::select! {
             _ = tx.closed() => return,
             _ = shutdown.changed() => return,
+            _ = end.changed() => {}
             // A drop reported as soon as the client has room again, even if no event follows.
             permit = tx.reserve(), if dropped.is_some() => {
                 let Ok(permit) = permit else { return };
@@ -209,6 +226,108 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
                 }
             }
         }
+    }
+}
+
+/// How long no supervisor may answer before a stream ends `not_live` (a supervisor restarted by
+/// systemd answers again well within it).
+pub const NOT_LIVE_GRACE: Duration = Duration::from_secs(3);
+
+/// Watches whether a task's stream is over: the run's journal, folded as it grows (woken by its
+/// directory's watcher), and, for a supervised run, whether its supervisor still answers.
+struct EndWatch {
+    run: RunId,
+    task: TaskId,
+    journal: PathBuf,
+    /// `None` for a plane without a supervisor of its own (DynWF): only the journal ends it.
+    socket: Option<PathBuf>,
+    follower: Option<crate::state::journal::Follower>,
+    wake: Option<tokio::sync::broadcast::Receiver<()>>,
+    dirty: bool,
+    /// When the supervisor was last asked, and since when it has not answered.
+    asked: Option<tokio::time::Instant>,
+    silent_since: Option<tokio::time::Instant>,
+}
+
+impl EndWatch {
+    fn new(api: &Api, src: &Source) -> EndWatch {
+        let journal = src.pointer.journal_path();
+        let socket = (src.pointer.plane == crate::state::registry::Plane::Standalone)
+            .then(|| api.durable.home.socket_path(&src.pointer.run_id));
+        EndWatch {
+            run: src.pointer.run_id.clone(),
+            task: src.task.clone(),
+            wake: api.hub.subscribe(&journal),
+            journal,
+            socket,
+            follower: Some(Default::default()),
+            dirty: true,
+            asked: None,
+            silent_since: None,
+        }
+    }
+
+    /// Resolves when the journal may have changed, or it is time to ask the supervisor again.
+    async fn changed(&mut self) {
+        let ask_in = match (self.asked, self.silent_since) {
+            (None, _) => Duration::ZERO,
+            (Some(at), silent) => {
+                let every = if silent.is_some() { Duration::from_secs(1) } else { Duration::from_secs(5) };
+                (at + every).saturating_duration_since(tokio::time::Instant::now())
+            }
+        };
+        let poll = Duration::from_secs(if self.wake.is_some() { 5 } else { 1 });
+        let supervised = self.socket.is_some();
+        tokio::select! {
+            _ = async {
+                match &mut self.wake {
+                    Some(rx) => { let _ = rx.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => self.dirty = true,
+            _ = tokio::time::sleep(ask_in), if supervised => {}
+            // Without a watcher (or should a wake-up be missed), the journal is looked at anyway.
+            _ = tokio::time::sleep(poll) => self.dirty = true,
+        }
+    }
+
+    /// The end, if the stream is over (on the blocking pool: it reads files and a socket).
+    async fn check(&mut self, last: Option<Seq>) -> Option<crate::views::StreamEnd> {
+        let now = tokio::time::Instant::now();
+        let ask = self.socket.clone().filter(|_| self.asked.is_none_or(|at| now >= at + Duration::from_secs(1)));
+        if !self.dirty && ask.is_none() {
+            return None;
+        }
+        let mut follower = self.follower.take().unwrap_or_default();
+        let (journal, run, task) = (self.journal.clone(), self.run.clone(), self.task.clone());
+        let silent_for = self.silent_since.map(|s| now.saturating_duration_since(s));
+        let asked = ask.is_some();
+        let (follower, answered, end) = tokio::task::spawn_blocking(move || {
+            let answered = ask.map(|sock| crate::control::is_live(&sock));
+            let not_live = answered == Some(false) && silent_for.is_some_and(|d| d >= NOT_LIVE_GRACE);
+            let end = match follower.update(&journal) {
+                Ok(view) => crate::state::views::stream_end(view, &run, &task, not_live, last.map(|s| s.to_string())),
+                Err(e) => {
+                    tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "cannot read the run's journal");
+                    None
+                }
+            };
+            (follower, answered, end)
+        })
+        .await
+        .ok()?;
+        self.follower = Some(follower);
+        self.dirty = false;
+        if asked {
+            self.asked = Some(now);
+            match answered {
+                Some(false) => {
+                    self.silent_since.get_or_insert(now);
+                }
+                _ => self.silent_since = None,
+            }
+        }
+        end
     }
 }
 

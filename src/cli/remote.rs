@@ -181,8 +181,9 @@ struct EventType {
     kind: String,
 }
 
-/// Follows a task's live stream; when the run is not live, prints what its log holds (the durable
-/// pages, paged by the API's own `Harness-Next-After`/`Harness-More`).
+/// Follows a task's `/feed` (its recorded events, then live ones, to the stream's end); an API
+/// older than `/feed` is followed on `/stream`, and when the run is not live, what its log holds
+/// is printed (the durable pages, paged by the API's own `Harness-Next-After`/`Harness-More`).
 pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Result<(), CliError> {
     let id = super::runref::resolve(run)?;
     let task = TaskId::parse(task).map_err(usage)?;
@@ -200,8 +201,24 @@ pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Res
         let exit = serde_json::from_str::<EventType>(data).is_ok_and(|e| e.kind == "exit");
         !(flags.until_exit && exit)
     };
+    let mut on_event = |e: &crate::client::SseEvent| match e.end() {
+        Some(end) => {
+            eprintln!("harness: the stream ended: {}", end.detail);
+            false
+        }
+        None => print(&e.data),
+    };
+    let feed = format!("/runs/{id}/tasks/{task}/feed");
+    let status = rt.block_on(c.follow(&feed, flags.after.clone(), &mut on_event))?;
+    if status == 200 {
+        return Ok(());
+    }
+    let (s, body) = rt.block_on(c.call("GET", &feed, None))?;
+    if !(s == 404 && String::from_utf8_lossy(&body).contains("no route for")) {
+        return api_answer(s, &body).map(|_| ());
+    }
     let path = format!("/runs/{id}/tasks/{task}/stream");
-    let status = rt.block_on(c.follow(&path, flags.after.clone(), |e| print(&e.data)))?;
+    let status = rt.block_on(c.follow(&path, flags.after.clone(), &mut on_event))?;
     if status == 200 {
         return Ok(());
     }

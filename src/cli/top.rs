@@ -291,6 +291,9 @@ impl Top {
             let mut r = crate::render::Renderer::default();
             let path = format!("/runs/{run}/tasks/{task}/stream");
             let follow = client.follow(&path, None, |e| {
+                if let Some(end) = e.end() {
+                    return tx.send(Msg::Stream(g, format!("(ended: {})", end.detail))).is_ok();
+                }
                 let v: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
                 r.render(&v).lines().all(|l| tx.send(Msg::Stream(g, l.to_string())).is_ok())
             });

@@ -197,6 +197,11 @@ fn every_route_answers_as_openapi_yaml_says() {
     assert_eq!(c.status, 200);
     spec.covered.insert(("GET".into(), "/runs/{runId}/tasks/{tid}/stream".into()));
     drop(c);
+    let c = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/feed"), &[]);
+    assert_eq!(c.status, 200);
+    assert!(c.headers.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"));
+    spec.covered.insert(("GET".into(), "/runs/{runId}/tasks/{tid}/feed".into()));
+    drop(c);
     let c = SseConn::open(api.port, "/watch?since=now", &[]);
     assert_eq!(c.status, 200);
     assert!(c.headers.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"));
@@ -509,6 +514,19 @@ pub(crate) mod types {
             ),
             ("VerbBody", "/components/schemas/VerbBody", j(&VerbBody { by: "cli".into() })),
             (
+                "StreamEnd",
+                "/components/schemas/StreamEnd",
+                j(&StreamEnd {
+                    run_id: run_detail().run.run_id,
+                    task: task(),
+                    reason: EndReason::RunOver,
+                    state: TaskState::Halted,
+                    run_status: RunStatus::Stopped,
+                    last_seq: Some("12".into()),
+                    detail: "the run stopped; task T is halted".into(),
+                }),
+            ),
+            (
                 "BudgetBody",
                 "/components/schemas/BudgetBody",
                 j(&BudgetBody { usd: 2.0, task: Some(task()), by: "cli".into() }),
@@ -617,6 +635,10 @@ pub(crate) mod types {
             H::Harness,
         ];
         known(&spec, &format!("{s}/TaskState/properties/halt_reason"), &halts);
+        let ends = [EndReason::TaskOver, EndReason::RunOver, EndReason::NotLive];
+        known(&spec, &format!("{s}/StreamEnd/properties/reason"), &ends);
+        known(&spec, &format!("{s}/StreamEnd/properties/state"), &[T::Pending, T::Skipped]);
+        known(&spec, &format!("{s}/StreamEnd/properties/run_status"), &[R::Blocked, R::Stopped]);
         known(&spec, &format!("{s}/RunSummary/properties/plane"), &[Plane::Standalone, Plane::Dynwf]);
         let adapter = format!(
             "{s}/RunDetail/allOf/1/properties/plan/properties/waves/items/properties/tasks/items/allOf/1/properties/adapter"

@@ -7,6 +7,7 @@ use crate::common::*;
 use std::time::Duration;
 
 const ORIGIN: &str = "http://127.0.0.1:5173";
+const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_ui_reads_every_header_a_quiet_updated_pending_counts_and_null_usage() {
@@ -124,4 +125,131 @@ fn watch_sends_its_cursor_at_once_so_a_restart_before_any_record_loses_nothing_a
     assert!(r.text().contains("unknown query parameter \\\"runs\\\""), "{}", r.text());
     let r = api.get("/watch?run=nope");
     assert_eq!(r.status, 400, "{}", r.text());
+}
+
+/// The next `event: end` of a stream (events before it are collected), then the stream's close.
+fn until_end(c: &mut SseConn, wait: Duration) -> (Vec<Sse>, serde_json::Value) {
+    c.stream.set_read_timeout(Some(wait)).unwrap();
+    let mut before = Vec::new();
+    loop {
+        let e = c.next().expect("an `end` event before the stream closes or times out");
+        if e.event.as_deref() == Some("end") {
+            assert!(e.id.is_none(), "end carries no id (Last-Event-ID stays the last event's): {e:?}");
+            let data = serde_json::from_str(&e.data).unwrap();
+            assert!(c.next().is_none(), "the stream closes after end");
+            return (before, data);
+        }
+        if e.comment.is_none() && !e.data.is_empty() {
+            before.push(e);
+        }
+    }
+}
+
+#[test]
+fn streams_end_when_their_task_or_run_is_over_and_feed_serves_any_run() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"ends","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"},
+        {"id":"B","wave":2,"adapter":"claude","prompt":"b"}]}"#;
+    let _sup = b.start_supervised(plan, "hang", &[]);
+    let log = b.repo().join("runstate/ends.logs/A.log");
+    wait_for(T, || (std::fs::read_to_string(&log).unwrap_or_default().lines().count() >= 5).then_some(()))
+        .expect("A's engine output");
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let mut stream = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/stream"), &[]);
+    let mut feed = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/feed"), &[]);
+    assert_eq!((stream.status, feed.status), (200, 200));
+    let post = |path: &str, body: &str| {
+        let r = http(api.port, "POST", path, &[("Content-Type", "application/json")], Some(body.as_bytes()));
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    };
+    // Killed: A halts and blocks the run, which is still live (a retry may follow): no end yet.
+    post(&format!("/runs/{run}/tasks/A/kill"), r#"{"by":"ui"}"#);
+    b.wait_state("A", "halted", T);
+    stream.stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    while let Some(e) = stream.next() {
+        assert_ne!(e.event.as_deref(), Some("end"), "a halted task of a live run is not over: {e:?}");
+    }
+    // Skipped: the task is over, both streams end and say why.
+    let mut stream = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/stream"), &[]);
+    post(&format!("/runs/{run}/tasks/A/skip"), r#"{"reason":"not needed","by":"ui"}"#);
+    let (events, end) = until_end(&mut stream, T);
+    assert_eq!((end["reason"].as_str(), end["state"].as_str()), (Some("task_over"), Some("skipped")), "{end}");
+    assert_eq!(end["runId"], run.as_str());
+    let last = events.last().and_then(|e| e.id.clone()).expect("the replayed events");
+    assert_eq!(end["last_seq"].as_str(), Some(last.as_str()), "{end}");
+    let (fed, end2) = until_end(&mut feed, T);
+    assert_eq!(end2["reason"], "task_over", "{end2}");
+    assert_eq!(fed.last().and_then(|e| e.id.clone()), Some(last.clone()), "the feed sent every event");
+
+    // B runs (and hangs); stopping the run ends B's stream with the run's status.
+    b.wait_state("B", "leased", T);
+    let mut sb = SseConn::open(api.port, &format!("/runs/{run}/tasks/B/stream"), &[]);
+    assert_eq!(sb.status, 200);
+    let watch = harness(&b.home())
+        .args(["watch", "--api", &format!("127.0.0.1:{}", api.port), &run, "B"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = cli(&b.home(), &["stop", &run]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, end) = until_end(&mut sb, T);
+    // `harness watch` ends with the stream (it neither hangs nor replays the events again).
+    let watched = wait_for(T, || {
+        let pid = watch.id() as i32;
+        // SAFETY: polling our own child.
+        (unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) } == pid).then_some(())
+    });
+    let mut watch = watch;
+    if watched.is_none() {
+        let _ = watch.kill();
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(watch.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(watched.is_some(), "harness watch did not end with its stream: {err}");
+    assert!(err.contains("the stream ended: the run stopped"), "{err}");
+    assert!(!err.contains("not live"), "no replay after the end: {err}");
+    assert_eq!((end["reason"].as_str(), end["run_status"].as_str()), (Some("run_over"), Some("stopped")), "{end}");
+    assert_eq!(end["state"], "halted", "{end}");
+
+    // A run that is over: /stream keeps the pinned 409; /feed replays it and ends at once.
+    let r = api.get(&format!("/runs/{run}/tasks/B/stream"));
+    assert_eq!(r.status, 409, "{}", r.text());
+    let mut fb = SseConn::open(api.port, &format!("/runs/{run}/tasks/B/feed"), &[]);
+    let (fed, end) = until_end(&mut fb, Duration::from_secs(10));
+    assert!(!fed.is_empty(), "B's recorded events");
+    assert_eq!(end["reason"], "run_over", "{end}");
+    // Resumed past its last event, the feed sends nothing but the end.
+    let last = fed.last().unwrap().id.clone().unwrap();
+    let mut fb = SseConn::open(api.port, &format!("/runs/{run}/tasks/B/feed"), &[("Last-Event-ID", &last)]);
+    let (fed, end) = until_end(&mut fb, Duration::from_secs(10));
+    assert!(fed.is_empty(), "{fed:?}");
+    assert_eq!(end["last_seq"].as_str(), Some(last.as_str()));
+    // A task the run does not have is a 404, as on every task route.
+    let r = api.get(&format!("/runs/{run}/tasks/Z/feed"));
+    assert_eq!(r.status, 404, "{}", r.text());
+}
+
+#[test]
+fn a_feed_of_a_run_whose_supervisor_died_ends_not_live() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"died","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang", &[]);
+    b.wait_state("A", "leased", T);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let mut feed = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/feed"), &[]);
+    let mut stream = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/stream"), &[]);
+    assert_eq!((feed.status, stream.status), (200, 200));
+    sup.child.kill().unwrap(); // a crash: no journal record says the run is over
+    sup.child.wait().unwrap();
+    let t = std::time::Instant::now();
+    for c in [&mut feed, &mut stream] {
+        let (_, end) = until_end(c, T);
+        assert_eq!((end["reason"].as_str(), end["run_status"].as_str()), (Some("not_live"), Some("running")), "{end}");
+        assert!(end["detail"].as_str().unwrap().contains("no supervisor answers"), "{end}");
+    }
+    assert!(t.elapsed() < T, "ended in {:?}", t.elapsed());
+    kill_all_with_home(&b.home());
 }

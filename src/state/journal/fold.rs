@@ -466,6 +466,47 @@ pub fn replay_bytes(buf: &[u8]) -> RunView {
     view
 }
 
+/// A read-only fold of a journal kept up to date by reading only what was appended since (a
+/// stream that watches one run's state). A file replaced or truncated under it is folded afresh.
+#[derive(Default)]
+pub struct Follower {
+    view: RunView,
+    /// Bytes folded (all complete lines), the next line number, and the file's (dev, inode).
+    offset: u64,
+    line: u64,
+    id: Option<(u64, u64)>,
+}
+
+impl Follower {
+    /// Folds what was appended to `path` since the last call; a missing file is an empty run.
+    pub fn update(&mut self, path: &Path) -> Result<&RunView, JournalError> {
+        use std::io::{Read, Seek};
+        use std::os::unix::fs::MetadataExt;
+        let io = |source| JournalError::Io { path: path.to_path_buf(), source };
+        let mut f = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                *self = Follower::default();
+                return Ok(&self.view);
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let m = f.metadata().map_err(io)?;
+        if self.id != Some((m.dev(), m.ino())) || m.len() < self.offset || self.line == 0 {
+            *self = Follower { id: Some((m.dev(), m.ino())), line: 1, ..Follower::default() };
+        }
+        if m.len() > self.offset {
+            f.seek(io::SeekFrom::Start(self.offset)).map_err(io)?;
+            let mut buf = Vec::new();
+            f.take(m.len() - self.offset).read_to_end(&mut buf).map_err(io)?;
+            let (consumed, next) = fold_bytes(&mut self.view, &buf, self.line);
+            self.offset += consumed as u64;
+            self.line = next;
+        }
+        Ok(&self.view)
+    }
+}
+
 /// Replays the journal at `path`. A missing file is an empty, pending run.
 pub fn replay(path: &Path) -> Result<RunView, JournalError> {
     match std::fs::read(path) {

@@ -533,6 +533,8 @@ impl Drop for Bench {
 pub struct Sse {
     pub id: Option<String>,
     pub data: String,
+    /// Its `event:` type (`None`: a `message`).
+    pub event: Option<String>,
     /// A comment line (`: heartbeat`), when this is one.
     pub comment: Option<String>,
 }
@@ -622,7 +624,7 @@ impl SseConn {
 
     /// The next event or comment.
     pub fn next(&mut self) -> Option<Sse> {
-        let mut ev = Sse { id: None, data: String::new(), comment: None };
+        let mut ev = Sse { id: None, data: String::new(), event: None, comment: None };
         loop {
             let line = self.body_line()?;
             if line.is_empty() {
@@ -637,6 +639,8 @@ impl SseConn {
                 ev.id = Some(v.to_string());
             } else if let Some(v) = line.strip_prefix("data: ") {
                 ev.data.push_str(v);
+            } else if let Some(v) = line.strip_prefix("event: ") {
+                ev.event = Some(v.to_string());
             }
         }
     }
