@@ -895,10 +895,12 @@ pub fn clear_ref_locks(repo: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
             let p = e.path();
             match e.file_type() {
                 Ok(t) if t.is_dir() => dirs.push(p),
-                Ok(t) if t.is_file() && p.extension().is_some_and(|x| x == "lock") => {
-                    if std::fs::remove_file(&p).is_ok() {
-                        removed.push(p);
-                    }
+                Ok(t)
+                    if t.is_file()
+                        && p.extension().is_some_and(|x| x == "lock")
+                        && std::fs::remove_file(&p).is_ok() =>
+                {
+                    removed.push(p)
                 }
                 _ => {}
             }
