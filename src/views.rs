@@ -233,6 +233,8 @@ pub enum Decision {
 named!(
     HaltReason,
     EndReason,
+    FileStatus,
+    StepState,
     RunStatus,
     TaskState,
     LiveState,
@@ -493,6 +495,9 @@ pub struct TaskFacts {
     /// Why a halted task halted (added; `null` for any other state).
     #[serde(default)]
     pub halt_reason: Option<HaltReason>,
+    /// What the task changed (added): its commit, or its latest attempt's; `null` before either.
+    #[serde(default)]
+    pub commit: Option<CommitView>,
 }
 
 /// A task of the plan in the Job view.
@@ -664,6 +669,115 @@ pub struct WatchEvent {
     /// Such a line's text (its first 4 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bad: Option<String>,
+}
+
+/// How a commit or a worktree changed one path (`git diff --name-status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileStatus {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+    Copied,
+    /// File type changed (a file became a symlink…).
+    TypeChanged,
+    #[serde(other)]
+    Unknown,
+}
+
+/// One path a change touched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    pub path: String,
+    /// A rename's or copy's source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    pub status: FileStatus,
+    /// Lines added and removed; `None` for a binary file.
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+}
+
+/// A task's commit (added with the Web UI API): its integrated commit once committed, else the
+/// commit of its latest attempt not (yet) integrated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitView {
+    pub sha: String,
+    /// `None` when the repository cannot be read (moved, deleted).
+    pub subject: Option<String>,
+    /// On the run's branch (`false`: an attempt's commit, kept in `refs/harness/…`).
+    pub integrated: bool,
+    pub files: Option<Vec<FileChange>>,
+}
+
+/// `GET …/diff?stat=1`: what a diff holds, per path, and in all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffStat {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    /// The task, for a task's diff.
+    pub task: Option<TaskId>,
+    /// What was diffed: `commit`, `attempt`, `worktree`, `run` or `none` (`Harness-Diff-Of`).
+    pub of: String,
+    /// The commits (a task's one, the run's in order); empty for a worktree.
+    pub commits: Vec<String>,
+    pub files: Vec<FileChange>,
+    pub added: u64,
+    pub removed: u64,
+}
+
+/// How a task's gate or review seat went (`GET …/gate`, `GET …/review`), on its latest attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    /// The plan gives the task none.
+    None,
+    /// It has not run yet on this attempt.
+    Pending,
+    Running,
+    Passed,
+    Failed,
+    /// The task halted (or was skipped) before it ran.
+    NotRun,
+    #[serde(other)]
+    Unknown,
+}
+
+/// `GET /runs/:runId/tasks/:tid/gate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateView {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub task: TaskId,
+    /// The gate command.
+    pub gate: Option<String>,
+    pub state: StepState,
+    /// Its exit code, once it ran.
+    pub rc: Option<i32>,
+    /// The journal's words for it.
+    pub detail: Option<String>,
+    pub log: PathBuf,
+    /// The output's last lines (at most 64 KiB).
+    pub output_tail: String,
+}
+
+/// `GET /runs/:runId/tasks/:tid/review`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewView {
+    #[serde(rename = "runId")]
+    pub run_id: RunId,
+    pub task: TaskId,
+    /// The plan asks for a review seat.
+    pub review: bool,
+    /// `passed`: approved; `failed`: rejected, or the seat failed (`rc` not 0, or no verdict).
+    pub state: StepState,
+    pub rc: Option<i32>,
+    /// `APPROVE`, or `REJECT: <reason>`, or why the seat failed.
+    pub verdict: Option<String>,
+    /// The reviewer's last message in full (its reasoning), from the review log.
+    pub reasoning: Option<String>,
+    pub log: PathBuf,
 }
 
 /// Why a task's `/stream` or `/feed` ended (`event: end`).

@@ -38,11 +38,57 @@ pub struct Durable {
     pub overview: super::overview::Overview,
     /// Each task log's usage fold, carried on from where it stopped while the log only grows.
     usage: Mutex<HashMap<std::path::PathBuf, (crate::state::spend::FileMark, crate::engine::usage::Tally)>>,
+    /// Each commit's subject and paths, by sha (a commit never changes).
+    commits: Mutex<HashMap<String, (String, Vec<views::FileChange>)>>,
 }
+
+/// At most this many commits are kept in `Durable::commits` (then it starts afresh).
+const COMMITS_KEPT: usize = 20_000;
 
 impl Durable {
     pub fn new(home: Home) -> Durable {
-        Durable { overview: super::overview::Overview::new(home.clone()), home, usage: Mutex::new(HashMap::new()) }
+        Durable {
+            overview: super::overview::Overview::new(home.clone()),
+            home,
+            usage: Mutex::new(HashMap::new()),
+            commits: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A commit as a task view shows it; its subject and paths read from git once.
+    pub fn commit_view(&self, repo: &Path, sha: &str, integrated: bool) -> views::CommitView {
+        let known = self.commits.lock().unwrap_or_else(|p| p.into_inner()).get(sha).cloned();
+        let read = known.or_else(|| {
+            let got = crate::os::change::subject(repo, sha)
+                .and_then(|s| Ok((s, crate::os::change::commit_files(repo, sha)?)));
+            match got {
+                Ok(v) => {
+                    let mut m = self.commits.lock().unwrap_or_else(|p| p.into_inner());
+                    if m.len() >= COMMITS_KEPT {
+                        m.clear();
+                    }
+                    m.insert(sha.to_string(), v.clone());
+                    Some(v)
+                }
+                Err(e) => {
+                    tracing::debug!(sha, error = %e, "cannot read a task's commit");
+                    None
+                }
+            }
+        });
+        let (subject, files) = read.map_or((None, None), |(s, f)| (Some(s), Some(f)));
+        views::CommitView { sha: sha.to_string(), subject, integrated, files }
+    }
+
+    /// What `task` changed: its commit once committed, else its latest attempt's (`attempt`).
+    fn task_commit(&self, files: &RunFiles, task: &TaskId, attempt: Option<&String>) -> Option<views::CommitView> {
+        let t = files.view.tasks.get(task)?;
+        let repo = files.git_dir();
+        match (t.state, &t.sha) {
+            (TaskState::Committed, Some(sha)) => Some(self.commit_view(&repo, sha, true)),
+            (TaskState::Committed | TaskState::Skipped, _) => None,
+            _ => attempt.map(|sha| self.commit_view(&repo, sha, false)),
+        }
     }
 
     /// One task log's usage, reading only what the log gained since the last call.
@@ -83,13 +129,23 @@ impl Durable {
         let files = self.load(run)?;
         let (usage, per_task) = self.run_usage(&files);
         let v = &files.view;
+        // Attempts are looked up (one git call for the run) only when a task that is not
+        // committed has run.
+        let attempts = if v.tasks.values().any(|t| !matches!(t.state, TaskState::Committed | TaskState::Skipped)) {
+            crate::os::worktree::latest_attempts(&files.git_dir(), run)
+        } else {
+            HashMap::new()
+        };
         let waves = match &files.plan {
             Some(plan) => plan
                 .waves()
                 .into_iter()
                 .map(|(wave, tasks)| views::Wave {
                     wave,
-                    tasks: tasks.iter().map(|t| self.task_view(&files, t, per_task.get(&t.id))).collect(),
+                    tasks: tasks
+                        .iter()
+                        .map(|t| self.task_view(&files, t, per_task.get(&t.id), attempts.get(t.id.as_str())))
+                        .collect(),
                 })
                 .collect(),
             None => Vec::new(),
@@ -98,7 +154,11 @@ impl Durable {
             .tasks
             .keys()
             .filter(|t| files.plan.as_ref().is_none_or(|p| p.task(t).is_none()))
-            .map(|t| views::UnplannedTask { id: t.clone(), facts: task_facts(v, t) })
+            .map(|t| {
+                let mut facts = task_facts(v, t);
+                facts.commit = self.task_commit(&files, t, attempts.get(t.as_str()));
+                views::UnplannedTask { id: t.clone(), facts }
+            })
             .collect();
         let p = &files.pointer;
         let live = files.supervisor_alive();
@@ -121,10 +181,17 @@ impl Durable {
     }
 
     /// A task of the plan as the Job view shows it.
-    fn task_view(&self, files: &RunFiles, t: &crate::state::plan::Task, usage: Option<&Usage>) -> views::TaskView {
+    fn task_view(
+        &self,
+        files: &RunFiles,
+        t: &crate::state::plan::Task,
+        usage: Option<&Usage>,
+        attempt: Option<&String>,
+    ) -> views::TaskView {
         let v = &files.view;
         let mut facts = task_facts(v, &t.id);
         facts.worktree = self.worktree(&files.pointer.run_id, &t.id);
+        facts.commit = self.task_commit(files, &t.id, attempt);
         // A task whose turn may run: how long since its log last grew.
         let idle_s = (v.state_of(&t.id) == Some(TaskState::Leased)).then(|| {
             let log = crate::state::spend::task_log(v, &files.pointer, &t.id);
@@ -150,7 +217,7 @@ impl Durable {
     }
 
     /// The task's worktree, when it exists.
-    fn worktree(&self, run: &RunId, task: &TaskId) -> Option<PathBuf> {
+    pub(super) fn worktree(&self, run: &RunId, task: &TaskId) -> Option<PathBuf> {
         let tree = crate::os::worktree::of(&self.home, run, task);
         tree.path.is_dir().then_some(tree.path)
     }
@@ -188,6 +255,8 @@ impl Durable {
         facts.session_id =
             journaled.and_then(|j| j.session_id.clone()).or_else(|| live_rec.and_then(|l| l.session_id.clone()));
         facts.worktree = self.worktree(run, task);
+        let attempt = crate::os::worktree::attempts(&files.git_dir(), run, task).pop().map(|(_, sha)| sha);
+        facts.commit = self.task_commit(&files, task, attempt.as_ref());
         let of_task = |t: &TaskId| t == task;
         Ok(views::TaskDetail {
             run_id: run.clone(),

@@ -8,6 +8,7 @@
 // problem is found. Boxing it would only add an allocation to the error path.
 #![allow(clippy::result_large_err)]
 
+pub mod change;
 pub mod durable;
 pub mod feed;
 pub mod guard;
@@ -255,8 +256,9 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
 }
 
 /// Every `Harness-*` response header, exposed to a page of an allowed origin (a browser hides the
-/// rest from its script): the paging headers of `GET /runs` and the clamp of `/events`.
-pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit";
+/// rest from its script): the paging headers of `GET /runs` and the clamp of `/events`, and what a
+/// diff is of and whether it was cut.
+pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit, Harness-Diff-Of, Harness-Commits, Harness-Truncated";
 
 /// A refusal before any run is looked at. Those of a verb (any method but GET) are logged with the
 /// peer's uid: they cannot be tied to a run's journal (`audit::edge`).
@@ -344,6 +346,24 @@ async fn dispatch(
             Ok(stream::sse(api, src, after))
         }
         Route::Events(run, task) => events(api, run, task, req).await,
+        Route::TaskDiff(run, task) => {
+            let stat = diff_stat(req.uri().query())?;
+            let a = api.clone();
+            blocking(move || change::task_diff(&a.durable, &run, &task, stat)).await?
+        }
+        Route::RunDiff(run) => {
+            let stat = diff_stat(req.uri().query())?;
+            let a = api.clone();
+            blocking(move || change::run_diff(&a.durable, &run, stat)).await?
+        }
+        Route::Gate(run, task) => {
+            let a = api.clone();
+            blocking(move || change::gate(&a.durable, &run, &task)).await?
+        }
+        Route::Review(run, task) => {
+            let a = api.clone();
+            blocking(move || change::review(&a.durable, &run, &task)).await?
+        }
         Route::Steer(run, task) => verbs::verb(api, run, Some(task), Name::Steer, req, peer).await,
         Route::Kill(run, task) => verbs::verb(api, run, Some(task), Name::Kill, req, peer).await,
         Route::Interrupt(run, task) => verbs::verb(api, run, Some(task), Name::Interrupt, req, peer).await,
@@ -355,6 +375,30 @@ async fn dispatch(
         Route::Resume(run) => verbs::verb(api, run, None, Name::Resume, req, peer).await,
         Route::Budget(run) => verbs::verb(api, run, None, Name::Budget, req, peer).await,
     }
+}
+
+/// A diff route's query: `stat=1` (or `true`) for the paths instead of the patch; `token` is the
+/// guard's; anything else is a 400 naming it.
+fn diff_stat(q: Option<&str>) -> Result<bool, Response<Body>> {
+    let mut stat = false;
+    for kv in q.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        match (k, v) {
+            ("token", _) => {}
+            ("stat", "1" | "true") => stat = true,
+            ("stat", "0" | "false") => stat = false,
+            ("stat", other) => {
+                return Err(error_response(StatusCode::BAD_REQUEST, format!("stat must be 1 or 0, got {other:?}")));
+            }
+            (other, _) => {
+                return Err(error_response(
+                    StatusCode::BAD_REQUEST,
+                    format!("unknown query parameter {other:?}: a diff takes stat, token"),
+                ));
+            }
+        }
+    }
+    Ok(stat)
 }
 
 /// `GET /watch`: every run's journal records as SSE, from `Last-Event-ID` or `since=now`.
@@ -496,9 +540,13 @@ mod tests {
     #[test]
     fn every_harness_header_is_exposed() {
         let exposed = super::EXPOSED.to_ascii_lowercase();
-        for src in
-            [include_str!("mod.rs"), include_str!("stream.rs"), include_str!("feed.rs"), include_str!("verbs.rs")]
-        {
+        for src in [
+            include_str!("mod.rs"),
+            include_str!("stream.rs"),
+            include_str!("feed.rs"),
+            include_str!("verbs.rs"),
+            include_str!("change.rs"),
+        ] {
             for (i, _) in src.match_indices("\"harness-") {
                 let name: String = src[i + 1..].chars().take_while(|c| *c != '"').collect();
                 assert!(exposed.contains(&name), "{name} is set but not in EXPOSED");

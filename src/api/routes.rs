@@ -16,6 +16,14 @@ pub enum Route {
     /// The task's events recorded and live, for any run, ending with `event: end`.
     Feed(RunId, TaskId),
     Events(RunId, TaskId),
+    /// What the task changed (its commit, attempt or worktree), as a diff or `?stat=1`.
+    TaskDiff(RunId, TaskId),
+    /// The run's own commits, as a diff or `?stat=1`.
+    RunDiff(RunId),
+    /// How the task's gate went.
+    Gate(RunId, TaskId),
+    /// How the task's review seat went.
+    Review(RunId, TaskId),
     Steer(RunId, TaskId),
     Kill(RunId, TaskId),
     Interrupt(RunId, TaskId),
@@ -44,6 +52,10 @@ impl Route {
             | Route::Stream(..)
             | Route::Feed(..)
             | Route::Events(..)
+            | Route::TaskDiff(..)
+            | Route::RunDiff(_)
+            | Route::Gate(..)
+            | Route::Review(..)
             | Route::Approvals(_) => &["GET"],
             Route::Decide(..) => &["POST"],
             Route::Steer(..)
@@ -112,12 +124,16 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs"] => Route::Runs,
         ["runs", r] => Route::Run(run(r)?),
         ["runs", r, "pause"] => Route::Pause(run(r)?),
+        ["runs", r, "diff"] => Route::RunDiff(run(r)?),
         ["runs", r, "budget"] => Route::Budget(run(r)?),
         ["runs", r, "resume"] => Route::Resume(run(r)?),
         ["runs", r, "tasks", t] => Route::Task(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "stream"] => Route::Stream(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "events"] => Route::Events(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "feed"] => Route::Feed(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "diff"] => Route::TaskDiff(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "gate"] => Route::Gate(run(r)?, task(t)?),
+        ["runs", r, "tasks", t, "review"] => Route::Review(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "steer"] => Route::Steer(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "kill"] => Route::Kill(run(r)?, task(t)?),
         ["runs", r, "tasks", t, "interrupt"] => Route::Interrupt(run(r)?, task(t)?),

@@ -202,6 +202,22 @@ enum Cmd {
         #[arg(long)]
         until_exit: bool,
     },
+    /// What a task changed (its commit, or its worktree against its base while it works), or with
+    /// no TASK the run's own commits: a unified diff, through $PAGER (`less -FRX`) on a terminal.
+    Diff {
+        /// The run (its id, slug or an id prefix).
+        run: String,
+        /// The task (omitted: the whole run's own change).
+        task: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+        /// The paths changed, with lines added and removed, instead of the diff.
+        #[arg(long)]
+        stat: bool,
+        /// With --stat: the JSON the API answers.
+        #[arg(long, requires = "stat")]
+        json: bool,
+    },
     /// Send a message to a task: into its running turn when it is live, else queued for its next
     /// turn (resume of its session).
     Steer {
@@ -733,6 +749,7 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Watch { run, task, api, json, after, until_exit } => {
             remote::watch(&api.client()?, &run, &task, remote::WatchFlags { json, after, until_exit })
         }
+        Cmd::Diff { run, task, api, stat, json } => remote::diff(&api.client()?, &run, task.as_deref(), stat, json),
         Cmd::Steer { run, task, msg, interrupt, api } => {
             let body = crate::views::SteerBody { msg, interrupt, by: "cli".into() };
             remote::task_verb(&api.client()?, &run, &task, "steer", &body)

@@ -245,6 +245,75 @@ pub(super) fn watch(c: &Client, run: &str, task: &str, flags: WatchFlags) -> Res
     }
 }
 
+/// `harness diff RUN [TASK] [--stat [--json]]`.
+pub(super) fn diff(c: &Client, run: &str, task: Option<&str>, stat: bool, json: bool) -> Result<(), CliError> {
+    let id = super::runref::resolve(run)?;
+    let path = match task {
+        Some(t) => format!("/runs/{id}/tasks/{}/diff", TaskId::parse(t).map_err(usage)?),
+        None => format!("/runs/{id}/diff"),
+    };
+    let path = if stat { format!("{path}?stat=1") } else { path };
+    let (status, body) = client_rt()?.block_on(c.call("GET", &path, None))?;
+    if status != 200 {
+        return api_answer(status, &body).map(|_| ());
+    }
+    if json {
+        out(String::from_utf8_lossy(&body).trim_end());
+        return Ok(());
+    }
+    let text = if stat {
+        let s: crate::views::DiffStat = serde_json::from_slice(&body)
+            .map_err(|e| CliError::Failed(format!("the API's diff stat does not read: {e}")))?;
+        let mut t = String::new();
+        for f in &s.files {
+            let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+            let name = match &f.old_path {
+                Some(old) => format!("{old} => {}", f.path),
+                None => f.path.clone(),
+            };
+            t.push_str(&format!("{:>6} {:>6}  {name}\n", n(f.added), n(f.removed)));
+        }
+        t.push_str(&format!(
+            "{} file{} changed, {} insertion{}(+), {} deletion{}(-)\n",
+            s.files.len(),
+            if s.files.len() == 1 { "" } else { "s" },
+            s.added,
+            if s.added == 1 { "" } else { "s" },
+            s.removed,
+            if s.removed == 1 { "" } else { "s" },
+        ));
+        t
+    } else {
+        String::from_utf8_lossy(&body).into_owned()
+    };
+    if text.is_empty() {
+        eprintln!("harness: no change yet");
+        return Ok(());
+    }
+    page(&text)
+}
+
+/// Shows `text` through `$PAGER` (else `less -FRX`) when stdout is a terminal, else prints it.
+fn page(text: &str) -> Result<(), CliError> {
+    use std::io::{IsTerminal, Write};
+    if !std::io::stdout().is_terminal() {
+        out_raw(text);
+        return Ok(());
+    }
+    let pager = std::env::var("PAGER").ok().filter(|p| !p.trim().is_empty()).unwrap_or_else(|| "less -FRX".into());
+    let child = std::process::Command::new("sh").arg("-c").arg(&pager).stdin(std::process::Stdio::piped()).spawn();
+    let Ok(mut child) = child else {
+        out_raw(text);
+        return Ok(());
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A pager quit early closes its input: not an error.
+        let _ = stdin.write_all(text.as_bytes());
+    }
+    let _ = child.wait();
+    Ok(())
+}
+
 fn post(c: &Client, path: &str, body: &impl serde::Serialize) -> Result<(), CliError> {
     let body = serde_json::to_value(body).expect("a request body serializes");
     let (status, bytes) = client_rt()?.block_on(c.call("POST", path, Some(&body)))?;

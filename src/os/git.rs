@@ -112,6 +112,51 @@ fn delete_branch(repo: &Path, common: &Path, branch: &str) -> Result<(), GitErro
     }
 }
 
+/// Runs `git -C dir args…` (no hooks; on the index file `index` when given) and returns at most
+/// `limit` bytes of its stdout, and whether it had more (then the child is killed, not waited for to
+/// the end): a diff read for a client, bounded however large the change.
+pub fn run_bounded(dir: &Path, index: Option<&Path>, args: &[&str], limit: usize) -> Result<(Vec<u8>, bool), GitError> {
+    use std::io::Read;
+    let failed = |detail: String| GitError::Failed { args: args.join(" "), detail };
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(dir).args(["-c", "core.hooksPath=/dev/null"]);
+    if let Some(index) = index {
+        cmd.env("GIT_INDEX_FILE", index);
+    }
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(e.to_string()))?;
+    let mut out = Vec::new();
+    let stdout = child.stdout.take().expect("piped");
+    let read = stdout.take(limit as u64 + 1).read_to_end(&mut out);
+    if out.len() > limit {
+        out.truncate(limit);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Ok((out, true));
+    }
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let status = child.wait().map_err(|e| failed(e.to_string()))?;
+    read.map_err(|e| failed(e.to_string()))?;
+    if !status.success() {
+        let line = err.lines().find(|l| l.starts_with("fatal:") || l.starts_with("error:")).unwrap_or(err.trim());
+        return Err(failed(format!("exit {}: {}", status.code().unwrap_or(-1), line.trim())));
+    }
+    Ok((out, false))
+}
+
+/// Runs `git -C dir args…` on the index file `index` (a temporary one) and returns its stdout.
+pub fn run_with_index(dir: &Path, index: &Path, args: &[&str]) -> Result<String, GitError> {
+    spawn(dir, Hooks::Off, Some(index), args).map_err(|(e, _)| e)
+}
+
 /// Runs `git -C dir args…` and returns its stdout (for callers with a git step of their own, e.g.
 /// the demo's scratch repo).
 pub fn run(dir: &Path, args: &[&str]) -> Result<String, GitError> {

@@ -3,6 +3,7 @@
 //! launchd, every git call and the task worktrees built on them, and following a logfile. Knows no
 //! run state.
 
+pub mod change;
 pub mod flock;
 pub mod git;
 pub mod home;

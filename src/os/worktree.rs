@@ -69,6 +69,21 @@ pub fn attempts(run_wt: &Path, run: &RunId, task: &TaskId) -> Vec<(u32, String)>
     v
 }
 
+/// Every task's latest kept attempt of `run` (its commit), by task id: one `for-each-ref` for the run.
+pub fn latest_attempts(run_wt: &Path, run: &RunId) -> std::collections::HashMap<String, String> {
+    let prefix = refs_prefix(run);
+    let mut best: std::collections::HashMap<String, (u32, String)> = std::collections::HashMap::new();
+    for (r, sha) in git::refs_under(run_wt, &prefix) {
+        let Some((task, n)) = r.strip_prefix(&prefix).and_then(|rest| rest.split_once("/attempt-")) else { continue };
+        let Ok(n) = n.parse::<u32>() else { continue };
+        let e = best.entry(task_of_component(task)).or_insert((0, String::new()));
+        if n >= e.0 {
+            *e = (n, sha);
+        }
+    }
+    best.into_iter().map(|(t, (_, sha))| (t, sha)).collect()
+}
+
 /// Where `task` of `run` works (whether or not it exists yet).
 pub fn of(home: &Home, run: &RunId, task: &TaskId) -> TaskTree {
     TaskTree {

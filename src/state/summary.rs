@@ -147,6 +147,12 @@ impl RunFiles {
         Ok(RunFiles { pointer, view, plan, liveness })
     }
 
+    /// Where git commands about the run are run: its worktree, else (removed) its repository.
+    pub fn git_dir(&self) -> PathBuf {
+        let p = &self.pointer;
+        if p.worktree.is_dir() { p.worktree.clone() } else { p.repo_root.clone() }
+    }
+
     /// The wave the run is on: the lowest wave holding a task that is not committed.
     pub fn current_wave(&self) -> Option<u32> {
         let plan = self.plan.as_ref()?;

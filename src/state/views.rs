@@ -239,8 +239,8 @@ pub fn pause_reason(by: &str) -> views::PauseReason {
     }
 }
 
-/// A task's last known facts (a task the journal has not heard of is `pending`); `worktree` is left
-/// to the caller, which knows where worktrees are.
+/// A task's last known facts (a task the journal has not heard of is `pending`); `worktree` and
+/// `commit` are left to the caller, which knows where worktrees are and reads git.
 pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
     match view.tasks.get(task) {
         Some(t) => views::TaskFacts {
@@ -254,6 +254,7 @@ pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
             updated: Some(t.ts.clone()),
             worktree: None,
             halt_reason: (t.state == TaskState::Halted).then(|| halt_reason(t.rc, t.detail.as_deref().unwrap_or(""))),
+            commit: None,
         },
         None => views::TaskFacts {
             state: views::TaskState::Pending,
@@ -266,6 +267,7 @@ pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
             updated: None,
             worktree: None,
             halt_reason: None,
+            commit: None,
         },
     }
 }

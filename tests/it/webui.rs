@@ -253,3 +253,153 @@ fn a_feed_of_a_run_whose_supervisor_died_ends_not_live() {
     assert!(t.elapsed() < T, "ended in {:?}", t.elapsed());
     kill_all_with_home(&b.home());
 }
+
+/// Every task's view carries its commit; the diff routes show a task's own change (what the agent
+/// committed itself and what it left uncommitted, squashed) and the run's own commits — not a
+/// commit the user made on the branch afterwards; gate and review say how they went.
+#[test]
+fn a_ui_sees_what_each_task_changed_and_how_its_gate_and_review_went() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"chg","max_parallel":1,"tasks":[
+        {"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-commit:part.txt] [fake-write:a.txt] [fake-codex:approve]","review":true},
+        {"id":"B","wave":2,"adapter":"claude","prompt":"b [fake-write:b.txt] [fake-binary:bin.dat]"},
+        {"id":"C","wave":3,"adapter":"claude","prompt":"c [fake-write:c.txt] [fake-codex:reject]","review":true},
+        {"id":"D","wave":3,"adapter":"claude","prompt":"d [fake-write:d.txt]","gate":"echo 'FAIL: 2 tests failed'; exit 3"}]}"#;
+    let out = b.harness("success").arg("run").arg(b.plan(plan)).output().unwrap();
+    assert!(!out.status.success(), "C is rejected and D's gate fails");
+    let run = b.run_id();
+    let view = b.view();
+    let sha_a = view["tasks"]["A"]["sha"].as_str().unwrap_or_else(|| panic!("{view:#}")).to_string();
+    let sha_b = view["tasks"]["B"]["sha"].as_str().unwrap().to_string();
+    // The user goes on working on the branch the run integrated onto, after it.
+    assert_eq!(view["branch"], "main", "{view}");
+    git(
+        &b.repo(),
+        &["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q", "--allow-empty", "-m", "user: later work"],
+    );
+    let api = ApiProc::start(&b.home(), &[]);
+
+    // The views: A's commit holds what the agent committed itself and what it left.
+    let detail = api.get(&format!("/runs/{run}")).json();
+    let task = |id: &str| {
+        detail["plan"]["waves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|w| w["tasks"].as_array().unwrap().clone())
+            .find(|t| t["id"] == id)
+            .unwrap()
+    };
+    let a = task("A");
+    assert_eq!(a["commit"]["sha"], sha_a.as_str(), "{a}");
+    assert_eq!(a["commit"]["integrated"], true);
+    assert!(a["commit"]["subject"].as_str().is_some_and(|s| !s.is_empty()), "{a}");
+    let paths: Vec<&str> =
+        a["commit"]["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(paths.contains(&"part.txt") && paths.contains(&"a.txt"), "{paths:?}");
+    let f = a["commit"]["files"].as_array().unwrap().iter().find(|f| f["path"] == "a.txt").unwrap().clone();
+    assert_eq!((f["status"].as_str(), f["added"].as_u64(), f["removed"].as_u64()), (Some("added"), Some(1), Some(0)));
+    let bin = task("B")["commit"]["files"].as_array().unwrap().iter().find(|f| f["path"] == "bin.dat").unwrap().clone();
+    assert!(bin["added"].is_null() && bin["removed"].is_null(), "a binary file has no line counts: {bin}");
+    assert!(task("C")["commit"]["integrated"] == false || task("C")["commit"].is_null(), "{}", task("C"));
+    let one = api.get(&format!("/runs/{run}/tasks/A")).json();
+    assert_eq!(one["commit"], a["commit"], "the task view says the same");
+
+    // A task's diff: its commit's unified diff; ?stat=1 its paths.
+    let r = api.get(&format!("/runs/{run}/tasks/A/diff"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!((r.header("harness-diff-of"), r.header("harness-truncated")), (Some("commit"), Some("false")));
+    assert!(r.header("content-type").unwrap().starts_with("text/x-diff"));
+    let text = r.text();
+    assert!(text.starts_with("diff --git"), "{text}");
+    assert!(text.contains("+++ b/a.txt") && text.contains("+++ b/part.txt"), "{text}");
+    assert!(!text.contains("b.txt"), "only A's change: {text}");
+    let s = api.get(&format!("/runs/{run}/tasks/B/diff?stat=1")).json();
+    assert_eq!(s["of"], "commit");
+    assert_eq!(s["commits"], serde_json::json!([sha_b]));
+    assert!(s["added"].as_u64().unwrap() >= 1, "{s}");
+    // The run's diff: its own commits in order, not the user's later one.
+    let r = api.get(&format!("/runs/{run}/diff"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let commits = r.header("harness-commits").unwrap().to_string();
+    assert!(commits.starts_with(&format!("{sha_a},{sha_b}")), "{commits}");
+    let text = r.text();
+    assert!(text.contains("+++ b/a.txt") && text.contains("+++ b/b.txt"), "{text}");
+    assert!(!text.contains("user: later work"), "the user's commit is not the run's: {text}");
+    let s = api.get(&format!("/runs/{run}/diff?stat=1")).json();
+    assert_eq!(s["of"], "run");
+    assert!(s["files"].as_array().unwrap().iter().all(|f| f["path"] != "README"), "{s}");
+    for bad in ["/tasks/A/diff?stat=yes", "/tasks/A/diff?stats=1", "/diff?x"] {
+        let r = api.get(&format!("/runs/{run}{bad}"));
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    assert_eq!(api.get(&format!("/runs/{run}/tasks/Z/diff")).status, 404);
+
+    // Gate and review, on the latest attempt.
+    let g = api.get(&format!("/runs/{run}/tasks/D/gate")).json();
+    assert_eq!((g["state"].as_str(), g["rc"].as_i64()), (Some("failed"), Some(3)), "{g}");
+    assert!(g["output_tail"].as_str().unwrap().contains("FAIL: 2 tests failed"), "{g}");
+    let g = api.get(&format!("/runs/{run}/tasks/A/gate")).json();
+    assert_eq!(g["state"], "none", "{g}");
+    let rv = api.get(&format!("/runs/{run}/tasks/A/review")).json();
+    assert_eq!((rv["state"].as_str(), rv["verdict"].as_str()), (Some("passed"), Some("APPROVE")), "{rv}");
+    let rv = api.get(&format!("/runs/{run}/tasks/C/review")).json();
+    assert_eq!(rv["state"], "failed", "{rv}");
+    assert!(rv["verdict"].as_str().unwrap().starts_with("REJECT: tests are missing"), "{rv}");
+    assert!(rv["reasoning"].as_str().unwrap().contains("Please add tests."), "the reviewer's whole message: {rv}");
+    let rv = api.get(&format!("/runs/{run}/tasks/B/review")).json();
+    assert_eq!((rv["review"].as_bool(), rv["state"].as_str()), (Some(false), Some("none")), "{rv}");
+
+    // harness diff: the same, printed (not a terminal: no pager).
+    let at = format!("127.0.0.1:{}", api.port);
+    let (code, out, err) = cli(&b.home(), &["diff", "--api", &at, &run, "A"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("diff --git") && out.contains("+++ b/part.txt"), "{out}");
+    let (code, out, err) = cli(&b.home(), &["diff", "--api", &at, "chg", "B", "--stat"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("-      -  bin.dat") && out.contains("b.txt"), "{out}");
+    assert!(out.contains("2 files changed"), "{out}");
+    let (code, out, err) = cli(&b.home(), &["diff", "--api", &at, &run]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("+++ b/a.txt") && out.contains("+++ b/b.txt") && !out.contains("user: later"), "{out}");
+    let (code, _, err) = cli(&b.home(), &["diff", "--api", &at, &run, "nope"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("has no task nope"), "{err}");
+}
+
+/// While a task works, its diff is its worktree against its base: untracked files that are not
+/// ignored included, the worktree's own index untouched, and a change above 4 MiB cut with a
+/// marker and a header saying so.
+#[test]
+fn a_working_tasks_diff_is_its_worktree_bounded() {
+    let b = Bench::new();
+    std::fs::write(b.repo().join(".gitignore"), "ignored.txt\n").unwrap();
+    git(&b.repo(), &["add", ".gitignore"]);
+    git(&b.repo(), &["-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "ignore"]);
+    let plan = r#"{"v":"plan/v1","slug":"wip","tasks":[
+        {"id":"W","wave":1,"adapter":"claude","prompt":"w [fake-write:wip.txt] [fake-write:ignored.txt]"}]}"#;
+    let big = "head -c 5000000 /dev/zero | tr '\\0' 'x' | fold -w 100 > big.txt";
+    let _sup = b.start_supervised_with(plan, "hang", &[], &[("HARNESS_FAKE_TOOL", big.to_string())]);
+    b.wait_state("W", "leased", T);
+    let wt = b.home().join("worktrees").join(b.run_id()).join("W");
+    wait_for(T, || wt.join("wip.txt").exists().then_some(())).expect("the agent wrote");
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let index = std::fs::read(git_dir_index(&wt)).unwrap_or_default();
+    let s = api.get(&format!("/runs/{run}/tasks/W/diff?stat=1")).json();
+    assert_eq!(s["of"], "worktree", "{s}");
+    let paths: Vec<&str> = s["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(paths.contains(&"wip.txt") && paths.contains(&"big.txt"), "{paths:?}");
+    assert!(!paths.contains(&"ignored.txt"), "an ignored file is not the task's change: {paths:?}");
+    let r = api.get(&format!("/runs/{run}/tasks/W/diff"));
+    assert_eq!((r.status, r.header("harness-truncated")), (200, Some("true")), "{:?}", r.headers);
+    assert!(r.body.len() <= 4 << 20, "{}", r.body.len());
+    assert!(r.text().ends_with("# harness: the diff is cut at 4194304 bytes; ?stat=1 lists every path it changes\n"));
+    assert_eq!(std::fs::read(git_dir_index(&wt)).unwrap_or_default(), index, "the worktree's index is untouched");
+    assert!(api.get(&format!("/runs/{run}/tasks/W")).json()["commit"].is_null(), "no commit yet");
+}
+
+/// The index file of a worktree (its `.git` file names its git dir).
+fn git_dir_index(wt: &std::path::Path) -> std::path::PathBuf {
+    std::path::PathBuf::from(git(wt, &["rev-parse", "--absolute-git-dir"]).trim()).join("index")
+}
