@@ -9,6 +9,7 @@ use super::{Body, error_response, full, json_response};
 use crate::ids::{RunId, TaskId};
 use crate::os::change::{self, Bounded};
 use crate::state::journal::{Body as RecordBody, TaskState};
+use crate::state::views::file_changes;
 use crate::views::{self, FileChange, StepState};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
@@ -72,7 +73,7 @@ pub fn task_diff(d: &Durable, run: &RunId, task: &TaskId, stat: bool) -> Result<
     let (paths, patch, commits) = match &of {
         Of::Commit(sha) | Of::Attempt(sha) => {
             let paths = if stat {
-                change::commit_files(&repo, sha).map_err(|e| git_failed("the task's commit", e))?
+                file_changes(change::commit_files(&repo, sha).map_err(|e| git_failed("the task's commit", e))?)
             } else {
                 Vec::new()
             };
@@ -86,7 +87,7 @@ pub fn task_diff(d: &Durable, run: &RunId, task: &TaskId, stat: bool) -> Result<
         Of::Worktree { path, base } => {
             let (paths, patch) =
                 change::worktree_change(path, base, DIFF_MAX).map_err(|e| git_failed("the task's worktree", e))?;
-            (paths, Some(patch), Vec::new())
+            (file_changes(paths), Some(patch), Vec::new())
         }
         Of::None => (Vec::new(), Some(Bounded { bytes: Vec::new(), truncated: false }), Vec::new()),
     };
@@ -117,7 +118,9 @@ pub fn run_diff(d: &Durable, run: &RunId, stat: bool) -> Result<Response<Body>, 
     if stat {
         let mut paths = Vec::new();
         for sha in &commits {
-            paths.extend(change::commit_files(&repo, sha).map_err(|e| git_failed("a commit of the run", e))?);
+            paths.extend(file_changes(
+                change::commit_files(&repo, sha).map_err(|e| git_failed("a commit of the run", e))?,
+            ));
         }
         return Ok(answer(run, None, "run", commits, paths, None));
     }

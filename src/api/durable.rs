@@ -60,7 +60,7 @@ impl Durable {
         let known = self.commits.lock().unwrap_or_else(|p| p.into_inner()).get(sha).cloned();
         let read = known.or_else(|| {
             let got = crate::os::change::subject(repo, sha)
-                .and_then(|s| Ok((s, crate::os::change::commit_files(repo, sha)?)));
+                .and_then(|s| Ok((s, crate::state::views::file_changes(crate::os::change::commit_files(repo, sha)?))));
             match got {
                 Ok(v) => {
                     let mut m = self.commits.lock().unwrap_or_else(|p| p.into_inner());

@@ -171,19 +171,7 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
             }
         }
         if state == TailState::Vanished {
-            let e = Event {
-                run: &run,
-                task: &task,
-                session: src.session.as_deref().map(Cow::Borrowed),
-                seq: Seq::line(tail.next_line()),
-                ts: Cow::Owned(crate::state::journal::now_rfc3339()),
-                data: Data::Error {
-                    fatal: true,
-                    message: Some(Cow::Owned(format!("logfile {} was deleted or replaced", src.logfile.display()))),
-                    reason: Some(Cow::Borrowed("log_vanished")),
-                    raw: None,
-                },
-            };
+            let e = vanished(&run, &task, &src, tail.next_line());
             let _ = tx.send(sse_frame(&w, &e, false)).await;
             return;
         }
@@ -194,12 +182,7 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
         // Read to the log's end: is there more to come? The task's last line is in the log before
         // the journal says it is over (the wrapper exits first).
         if let Some(done) = end.check(last_sent).await {
-            if let Some((first, last)) = dropped.take() {
-                let _ = tx.send(sse_frame(&w, &overflow_event(&run, &task, first, last), false)).await;
-            }
-            let data = serde_json::to_string(&done).unwrap_or_default();
-            let _ = tx.send(Bytes::from(format!("event: end\ndata: {data}\n\n"))).await;
-            return;
+            return send_end(&tx, &w, dropped.take(), &done).await;
         }
         tokio::select! {
             _ = tx.closed() => return,
@@ -329,6 +312,33 @@ impl EndWatch {
         }
         end
     }
+}
+
+/// The `error` event that ends a stream whose log was deleted or replaced.
+fn vanished<'a>(run: &'a str, task: &'a str, src: &'a Source, next_line: u64) -> Event<'a> {
+    Event {
+        run,
+        task,
+        session: src.session.as_deref().map(Cow::Borrowed),
+        seq: Seq::line(next_line),
+        ts: Cow::Owned(crate::state::journal::now_rfc3339()),
+        data: Data::Error {
+            fatal: true,
+            message: Some(Cow::Owned(format!("logfile {} was deleted or replaced", src.logfile.display()))),
+            reason: Some(Cow::Borrowed("log_vanished")),
+            raw: None,
+        },
+    }
+}
+
+/// The stream's last frames: a drop not yet reported, then `event: end`.
+async fn send_end(tx: &mpsc::Sender<Bytes>, w: &Writer, dropped: Option<(Seq, Seq)>, done: &crate::views::StreamEnd) {
+    if let Some((first, last)) = dropped {
+        let (run, task) = (done.run_id.to_string(), done.task.to_string());
+        let _ = tx.send(sse_frame(w, &overflow_event(&run, &task, first, last), false)).await;
+    }
+    let data = serde_json::to_string(done).unwrap_or_default();
+    let _ = tx.send(Bytes::from(format!("event: end\ndata: {data}\n\n"))).await;
 }
 
 /// The client has gone: stop producing.

@@ -6,8 +6,31 @@
 //! Reads only: nothing here changes a ref, an index or a file of the repository.
 
 use super::git::{self, GitError};
-use crate::views::{FileChange, FileStatus};
 use std::path::Path;
+
+/// How a change touched one path (`git diff --name-status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileStatus {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+    Copied,
+    TypeChanged,
+    /// A code git has that is none of those (unmerged, unknown).
+    Other,
+}
+
+/// One path a change touched, with its lines added and removed (`None`: a binary file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: String,
+    /// A rename's or copy's source.
+    pub old_path: Option<String>,
+    pub status: FileStatus,
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+}
 
 /// A diff cut at a byte limit.
 pub struct Bounded {
@@ -133,7 +156,7 @@ fn merge(name_status: &str, numstat: &str) -> Vec<FileChange> {
             Some(b'R') => FileStatus::Renamed,
             Some(b'C') => FileStatus::Copied,
             Some(b'T') => FileStatus::TypeChanged,
-            _ => FileStatus::Unknown,
+            _ => FileStatus::Other,
         };
         let Some(first) = it.next() else { break };
         let (old_path, path) = if matches!(status, FileStatus::Renamed | FileStatus::Copied) {

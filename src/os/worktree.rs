@@ -207,11 +207,7 @@ pub fn setup_done(t: &TaskTree) -> std::io::Result<()> {
 pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitError> {
     let _admin = admin_lock(run_wt)?;
     settle(t);
-    // The task's refs are written only by its own pipeline, which is not running: a lock among them
-    // is a git killed with its supervisor (else every later attempt fails "cannot lock ref").
-    for l in git::clear_ref_locks(run_wt, &task_refs(r.run, r.task)) {
-        tracing::warn!(task = %r.task, lock = %l.display(), "removed a stale lock on one of the task's refs");
-    }
+    clear_ref_locks(run_wt, r);
     let base_name = base_ref(r.run, r.task);
     let known_base = git::ref_sha(run_wt, &base_name);
     let latest = attempts(run_wt, r.run, r.task).pop().filter(|(_, sha)| belongs(run_wt, sha, r));
@@ -304,6 +300,15 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
         None => None,
     };
     Ok(Prepared { base: tip, carry })
+}
+
+/// The task's refs are written only by its own pipeline, which is not running while it is
+/// prepared: a lock among them is a git killed with its supervisor (else every later attempt fails
+/// "cannot lock ref"), removed.
+fn clear_ref_locks(run_wt: &Path, r: &Ready) {
+    for l in git::clear_ref_locks(run_wt, &task_refs(r.run, r.task)) {
+        tracing::warn!(task = %r.task, lock = %l.display(), "removed a stale lock on one of the task's refs");
+    }
 }
 
 /// The conflicts carrying `sha` into the fresh worktree at `path` would have: applied once, then

@@ -38,6 +38,38 @@ impl From<TaskState> for views::TaskState {
     }
 }
 
+impl From<crate::os::change::FileStatus> for views::FileStatus {
+    fn from(s: crate::os::change::FileStatus) -> Self {
+        use crate::os::change::FileStatus as F;
+        match s {
+            F::Added => views::FileStatus::Added,
+            F::Modified => views::FileStatus::Modified,
+            F::Deleted => views::FileStatus::Deleted,
+            F::Renamed => views::FileStatus::Renamed,
+            F::Copied => views::FileStatus::Copied,
+            F::TypeChanged => views::FileStatus::TypeChanged,
+            F::Other => views::FileStatus::Unknown,
+        }
+    }
+}
+
+impl From<crate::os::change::FileChange> for views::FileChange {
+    fn from(f: crate::os::change::FileChange) -> Self {
+        views::FileChange {
+            path: f.path,
+            old_path: f.old_path,
+            status: f.status.into(),
+            added: f.added,
+            removed: f.removed,
+        }
+    }
+}
+
+/// The paths of a change as the views show them.
+pub fn file_changes(files: Vec<crate::os::change::FileChange>) -> Vec<views::FileChange> {
+    files.into_iter().map(Into::into).collect()
+}
+
 impl From<LiveState> for views::LiveState {
     fn from(s: LiveState) -> Self {
         match s {
