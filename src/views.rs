@@ -822,10 +822,24 @@ pub struct Answer {
     pub ok: bool,
 }
 
+/// A review comment a steer carries back to the agent (added with the Web UI API).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewComment {
+    pub path: String,
+    /// `None`: the file as a whole.
+    pub line: Option<u64>,
+    pub body: String,
+}
+
 /// `POST …/steer`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SteerBody {
+    /// May be empty when `comments` are given.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub msg: String,
+    /// Review comments, quoted in the one message delivered after `msg` (added).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<ReviewComment>,
     /// Kill the current turn first.
     #[serde(default)]
     pub interrupt: bool,

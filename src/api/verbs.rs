@@ -91,6 +91,37 @@ fn field_str(map: &serde_json::Map<String, Value>, name: &str) -> Result<Option<
     }
 }
 
+/// A steer's `comments`: `[{path, line, body}]` (`line` absent or null: the file as a whole).
+fn review_comments(v: Option<&Value>) -> Result<Vec<crate::state::journal::Comment>, Refusal> {
+    let Some(v) = v else { return Ok(Vec::new()) };
+    let Value::Array(items) = v else { return Err(bad("field comments must be an array of {path, line, body}")) };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, c) in items.iter().enumerate() {
+        let n = i + 1;
+        let Value::Object(c) = c else {
+            return Err(bad(format!("comment {n} must be an object {{path, line, body}}")));
+        };
+        if let Some(k) = c.keys().find(|k| !["path", "line", "body"].contains(&k.as_str())) {
+            return Err(bad(format!("comment {n}: unknown field {k:?} (a comment has path, line, body)")));
+        }
+        let text = |k: &str| match c.get(k) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(bad(format!("comment {n}: field {k} is required and must be a string"))),
+        };
+        let line = match c.get("line") {
+            None | Some(Value::Null) => None,
+            // JSON Schema's integer: 12 and 12.0 alike.
+            Some(Value::Number(l)) if l.as_u64().is_some_and(|n| n >= 1) => l.as_u64(),
+            Some(Value::Number(l)) if l.as_f64().is_some_and(|f| f >= 1.0 && f.fract() == 0.0 && f < 1.8e19) => {
+                l.as_f64().map(|f| f as u64)
+            }
+            Some(_) => return Err(bad(format!("comment {n}: line must be a positive integer (or null)"))),
+        };
+        out.push(crate::state::journal::Comment { path: text("path")?, line, body: text("body")? });
+    }
+    Ok(out)
+}
+
 /// A verb's body, checked.
 struct Asked {
     by: String,
@@ -111,6 +142,10 @@ async fn asked(verb: Name, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
     let mut allowed: Vec<&str> =
         spec.fields.iter().copied().filter(|f| *f != "task" || spec.task == Takes::OptionalTask).collect();
     allowed.push("by");
+    if verb == Name::Steer {
+        // Review comments are composed into the steer's one message here, at the edge.
+        allowed.push("comments");
+    }
     let body = json_body(req, &allowed).await.map_err(|r| (r, None, None))?;
     let raw_msg = body.get("msg").and_then(Value::as_str).map(str::to_string);
     let raw_by = body.get("by").and_then(Value::as_str).filter(|b| !b.is_empty()).map(crate::state::journal::clip_by);
@@ -144,10 +179,12 @@ async fn asked(verb: Name, req: hyper::Request<Incoming>) -> Result<Asked, (Refu
     if verb != Name::Steer {
         return Ok(Asked { by, msg: None, interrupt: false, usd: None, budget_task: None, reason: None });
     }
-    let msg = field_str(&body, "msg")
-        .map_err(fail)?
-        .filter(|m| !m.trim().is_empty())
-        .ok_or_else(|| fail(bad("field msg is required and must not be blank: the message to queue")))?;
+    let comments = review_comments(body.get("comments")).map_err(fail)?;
+    let msg = field_str(&body, "msg").map_err(fail)?;
+    let msg = crate::state::journal::comments_message(msg.as_deref(), &comments).map_err(|e| fail(bad(e)))?;
+    if msg.trim().is_empty() {
+        return Err(fail(bad("field msg is required and must not be blank (or comments given): the message to queue")));
+    }
     let interrupt = match body.get("interrupt") {
         None => false,
         Some(Value::Bool(b)) => *b,

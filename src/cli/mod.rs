@@ -223,10 +223,15 @@ enum Cmd {
     Steer {
         run: String,
         task: String,
-        msg: String,
+        /// The message (may be left out when --comment is given).
+        msg: Option<String>,
         /// Kill the current turn first.
         #[arg(long)]
         interrupt: bool,
+        /// A review comment on the task's change, quoted in the message with its file and line
+        /// (repeatable): `--comment src/a.rs:12 "off by one"`; a PATH without `:LINE` is the file.
+        #[arg(long = "comment", num_args = 2, value_names = ["PATH:LINE", "TEXT"], action = clap::ArgAction::Append)]
+        comment: Vec<String>,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -750,9 +755,8 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
             remote::watch(&api.client()?, &run, &task, remote::WatchFlags { json, after, until_exit })
         }
         Cmd::Diff { run, task, api, stat, json } => remote::diff(&api.client()?, &run, task.as_deref(), stat, json),
-        Cmd::Steer { run, task, msg, interrupt, api } => {
-            let body = crate::views::SteerBody { msg, interrupt, by: "cli".into() };
-            remote::task_verb(&api.client()?, &run, &task, "steer", &body)
+        Cmd::Steer { run, task, msg, interrupt, comment, api } => {
+            remote::task_verb(&api.client()?, &run, &task, "steer", &steer_body(msg, interrupt, &comment)?)
         }
         Cmd::Kill { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "kill", &cli_by()),
         Cmd::Interrupt { run, task, api } => remote::task_verb(&api.client()?, &run, &task, "interrupt", &cli_by()),
@@ -795,6 +799,24 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
                 .map_err(|e| CliError::Failed(format!("approval-mcp: {e}")))
         }
     }
+}
+
+/// `harness steer`'s body: the message and the `--comment` pairs.
+fn steer_body(msg: Option<String>, interrupt: bool, comment: &[String]) -> Result<crate::views::SteerBody, CliError> {
+    if msg.is_none() && comment.is_empty() {
+        return Err(CliError::Usage("steer needs a message, or --comment PATH:LINE TEXT".into()));
+    }
+    let comments = comment.chunks(2).map(|c| review_comment(&c[0], &c[1])).collect();
+    Ok(crate::views::SteerBody { msg: msg.unwrap_or_default(), comments, interrupt, by: "cli".into() })
+}
+
+/// `--comment PATH:LINE TEXT` as the API's review comment (a PATH with no `:LINE` is the file).
+fn review_comment(at: &str, text: &str) -> crate::views::ReviewComment {
+    let (path, line) = match at.rsplit_once(':') {
+        Some((p, l)) if !p.is_empty() && l.parse::<u64>().is_ok() => (p, l.parse().ok()),
+        _ => (at, None),
+    };
+    crate::views::ReviewComment { path: path.to_string(), line, body: text.to_string() }
 }
 
 /// The body of a verb the CLI asks for.

@@ -265,7 +265,8 @@ impl Top {
         match what {
             Asking::Steer if !text.is_empty() => {
                 if let Some(task) = task {
-                    let body = views::SteerBody { msg: text.into(), interrupt: false, by: "top".into() };
+                    let body =
+                        views::SteerBody { msg: text.into(), comments: Vec::new(), interrupt: false, by: "top".into() };
                     self.post(&format!("/runs/{run}/tasks/{task}/steer"), &body);
                 }
             }

@@ -553,7 +553,16 @@ pub(crate) mod types {
             (
                 "SteerBody",
                 "/components/schemas/SteerBody",
-                j(&SteerBody { msg: "m".into(), interrupt: true, by: "cli".into() }),
+                j(&SteerBody {
+                    msg: "m".into(),
+                    comments: vec![ReviewComment {
+                        path: "src/a.rs".into(),
+                        line: Some(12),
+                        body: "off by one".into(),
+                    }],
+                    interrupt: true,
+                    by: "cli".into(),
+                }),
             ),
             ("VerbBody", "/components/schemas/VerbBody", j(&VerbBody { by: "cli".into() })),
             (

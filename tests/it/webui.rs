@@ -403,3 +403,63 @@ fn a_working_tasks_diff_is_its_worktree_bounded() {
 fn git_dir_index(wt: &std::path::Path) -> std::path::PathBuf {
     std::path::PathBuf::from(git(wt, &["rev-parse", "--absolute-git-dir"]).trim()).join("index")
 }
+
+/// Review comments go back to the agent as one steer: its message, then each comment quoted with
+/// its file and line, delivered by resume like any steer, on the record like any steer.
+#[test]
+fn review_comments_reach_the_agent_as_one_steer() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"rev","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"do A [fake-write:a.txt]"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang,success", &[]);
+    wait_for(T, || (!b.records().is_empty()).then_some(())).expect("the first turn runs");
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let post = |body: &str| {
+        http(
+            api.port,
+            "POST",
+            &format!("/runs/{run}/tasks/A/steer"),
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        )
+    };
+    // Bad comments are a 400 naming the problem.
+    for (body, says) in [
+        (r#"{"comments":"fix it"}"#, "comments must be an array"),
+        (r#"{"comments":[{"path":"a.txt","line":0,"body":"x"}]}"#, "line"),
+        (r#"{"comments":[{"path":"a.txt","line":2}]}"#, "field body is required"),
+        (r#"{"comments":[{"path":"a.txt","body":"x","severity":"high"}]}"#, "unknown field \\\"severity\\\""),
+        (r#"{"comments":[{"path":"a\nb","body":"x"}]}"#, "one line"),
+        (r#"{"comments":[]}"#, "msg is required"),
+    ] {
+        let r = post(body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(says), "{body}: {}", r.text());
+    }
+    let r = http(
+        api.port,
+        "POST",
+        &format!("/runs/{run}/tasks/A/kill"),
+        &[("Content-Type", "application/json")],
+        Some(b"{}"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    b.wait_state("A", "halted", T);
+    let at = format!("127.0.0.1:{}", api.port);
+    let (code, out, err) = cli(
+        &b.home(),
+        &["steer", "--api", &at, &run, "A", "--comment", "a.txt:3", "use <= here", "--comment", "README", "typo"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    b.wait_state("A", "committed", T);
+    let expected =
+        "Review comments on your change (address each):\n\n1. a.txt:3\n   > use <= here\n\n2. README\n   > typo";
+    let recs = b.records();
+    let argv: Vec<&str> = recs[1]["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(argv[argv.iter().position(|a| *a == "-p").unwrap() + 1], expected, "{argv:?}");
+    let steers = b.controls("steer");
+    assert_eq!(steers.last().unwrap()["outcome"], "applied", "{steers:?}");
+    assert!(steers.iter().any(|s| s["outcome"] == "queued" && s["msg"] == expected), "{steers:?}");
+    assert!(steers.iter().filter(|s| s["outcome"] == "refused").count() >= 5, "bad ones are on the record");
+    sup.wait_exit(T);
+}

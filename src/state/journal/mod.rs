@@ -23,7 +23,9 @@ pub use fold::{
 pub use reconcile::{Reconciliation, reconcile};
 use record::validate_shape;
 pub use record::*;
-pub use steer::{MAX_BY, MAX_MSG, SteerRefusal, check_steer_msg, clip_by, clip_refused_msg};
+pub use steer::{
+    Comment, MAX_BY, MAX_COMMENTS, MAX_MSG, SteerRefusal, check_steer_msg, clip_by, clip_refused_msg, comments_message,
+};
 
 use crate::ids::TaskId;
 use std::io;

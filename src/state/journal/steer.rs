@@ -28,6 +28,58 @@ pub fn clip_refused_msg(msg: &str) -> String {
     format!("{}… [cut: {} bytes in all]", &msg[..end], msg.len())
 }
 
+/// The most review comments one steer carries.
+pub const MAX_COMMENTS: usize = 200;
+
+/// One review comment on a task's change: a file, a line of it (`None`: the file as a whole), what
+/// to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    pub path: String,
+    pub line: Option<u64>,
+    pub body: String,
+}
+
+/// The one message a steer with review comments delivers: its `msg` (if any), then each comment
+/// quoted with its file and line, in the order given. The message's own rules (non-blank, 64 KiB)
+/// are `check_steer_msg`'s.
+pub fn comments_message(msg: Option<&str>, comments: &[Comment]) -> Result<String, String> {
+    if comments.len() > MAX_COMMENTS {
+        return Err(format!("at most {MAX_COMMENTS} comments in one steer, got {}", comments.len()));
+    }
+    let mut out = msg.map(str::trim_end).filter(|m| !m.trim().is_empty()).map(str::to_string).unwrap_or_default();
+    if comments.is_empty() {
+        return Ok(out);
+    }
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    out.push_str(if comments.len() == 1 {
+        "A review comment on your change:\n"
+    } else {
+        "Review comments on your change (address each):\n"
+    });
+    for (i, c) in comments.iter().enumerate() {
+        let path = c.path.trim();
+        if path.is_empty() || path.contains('\n') {
+            return Err(format!("comment {}: path must be a file path on one line", i + 1));
+        }
+        if c.body.trim().is_empty() {
+            return Err(format!("comment {} ({path}): body must not be blank", i + 1));
+        }
+        let at = match c.line {
+            Some(0) => return Err(format!("comment {} ({path}): line starts at 1", i + 1)),
+            Some(n) => format!("{path}:{n}"),
+            None => path.to_string(),
+        };
+        out.push_str(&format!("\n{}. {at}\n", i + 1));
+        for l in c.body.trim_end().lines() {
+            out.push_str(&format!("   > {l}\n"));
+        }
+    }
+    Ok(out.trim_end().to_string())
+}
+
 /// Checks a steer's message the same way on every way in (control socket, DynWF inbox):
 /// non-blank, at most 64 KiB.
 pub fn check_steer_msg(msg: &str) -> Result<(), &'static str> {
@@ -77,5 +129,28 @@ impl SteerRefusal {
             SteerRefusal::NotStarted => format!("task {task} has not started yet: a steer continues a dispatched turn"),
             SteerRefusal::NoSession => format!("no session to resume for task {task}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_are_quoted_with_their_file_and_line_after_the_message() {
+        let c = |path: &str, line, body: &str| Comment { path: path.into(), line, body: body.into() };
+        let m = comments_message(
+            Some("Please fix these."),
+            &[c("src/a.rs", Some(12), "off by one\nuse <="), c("README.md", None, "typo")],
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            "Please fix these.\n\nReview comments on your change (address each):\n\n1. src/a.rs:12\n   > off by one\n   > use <=\n\n2. README.md\n   > typo"
+        );
+        assert!(comments_message(None, &[c("a", Some(0), "x")]).unwrap_err().contains("line starts at 1"));
+        assert!(comments_message(None, &[c(" ", Some(1), "x")]).unwrap_err().contains("path"));
+        assert!(comments_message(None, &[c("a", Some(1), " \n")]).unwrap_err().contains("blank"));
+        assert_eq!(comments_message(Some("just this"), &[]).unwrap(), "just this");
     }
 }
