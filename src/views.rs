@@ -139,6 +139,8 @@ pub enum SteerState {
 pub enum AttentionKind {
     /// A running turn's log did not grow for the plan's `stall_after`.
     Stalled,
+    /// A stalled turn's log grew again: the stall is over (added).
+    Unstalled,
     #[serde(other)]
     Unknown,
 }
@@ -336,6 +338,12 @@ pub struct RunSummary<J = JournalHealth> {
     /// Attention marks the journal holds.
     #[serde(default)]
     pub attention_marks: u64,
+    /// A task of the run is stalled now (added; `attention_marks` counts every mark ever).
+    #[serde(default)]
+    pub stalled: bool,
+    /// Since when, the earliest of its stalled tasks (when their output stopped).
+    #[serde(default)]
+    pub stalled_since: Option<String>,
     /// Tool calls asked and not yet decided (added: a card can say "2 to approve").
     #[serde(default)]
     pub pending_approvals: u64,
@@ -415,6 +423,8 @@ impl<J> RunSummary<J> {
             resume_at: self.resume_at,
             budget_usd: self.budget_usd,
             attention_marks: self.attention_marks,
+            stalled: self.stalled,
+            stalled_since: self.stalled_since,
             pending_approvals: self.pending_approvals,
             wave: self.wave,
             waves: self.waves,
@@ -495,6 +505,12 @@ pub struct TaskFacts {
     /// Why a halted task halted (added; `null` for any other state).
     #[serde(default)]
     pub halt_reason: Option<HaltReason>,
+    /// Stalled now (added): its running turn has had no output for the plan's `stall_after`, since
+    /// `stalled_since`.
+    #[serde(default)]
+    pub stalled: bool,
+    #[serde(default)]
+    pub stalled_since: Option<String>,
     /// What the task changed (added): its commit, or its latest attempt's; `null` before either.
     #[serde(default)]
     pub commit: Option<CommitView>,

@@ -286,6 +286,8 @@ pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
             updated: Some(t.ts.clone()),
             worktree: None,
             halt_reason: (t.state == TaskState::Halted).then(|| halt_reason(t.rc, t.detail.as_deref().unwrap_or(""))),
+            stalled: view.stalled_now.contains_key(task),
+            stalled_since: view.stalled_now.get(task).cloned(),
             commit: None,
         },
         None => views::TaskFacts {
@@ -299,6 +301,8 @@ pub fn task_facts(view: &RunView, task: &TaskId) -> views::TaskFacts {
             updated: None,
             worktree: None,
             halt_reason: None,
+            stalled: false,
+            stalled_since: None,
             commit: None,
         },
     }

@@ -1,7 +1,8 @@
 //! The stall watch: a running turn whose log has not grown for the plan's `stall_after` gets a
 //! `stalled` attention record, once per stall (the log has to grow again before the next one); with
 //! `on_stall: "kill"` the turn is killed too (`halted`, `killed by stall`). A turn waiting on an
-//! operator's approval is not stalled, nor a session between turns (its idle limit governs).
+//! operator's approval is not stalled, nor a session between turns (its idle limit governs). When
+//! a stalled turn's log grows again, an `unstalled` record says the stall is over.
 
 use super::Scheduler;
 use crate::ids::TaskId;
@@ -37,6 +38,14 @@ impl Scheduler {
             }
             let last = std::fs::metadata(&log).and_then(|m| m.modified()).map_or(since, |m| m.max(since));
             let Ok(idle) = now.duration_since(last) else { continue };
+            if let Some(&was) = self.stalled.get(&task)
+                && last > was
+            {
+                // Output again: the stall is over (a UI's "stalled now" clears).
+                self.stalled.remove(&task);
+                let quiet = last.duration_since(was).unwrap_or_default().as_secs();
+                self.mark(&task, "unstalled", quiet, format!("output again after {quiet} s without"));
+            }
             if idle < after || self.stalled.get(&task) == Some(&last) {
                 continue;
             }
@@ -49,18 +58,28 @@ impl Scheduler {
                 if kill { ": killing the turn" } else { "" }
             );
             tracing::warn!(RUN_ID = %self.ctx.run_id, TASK = %task, "stalled: {detail}");
-            let rec = Record::new(Body::Attention(AttentionRecord {
-                attention: "stalled".into(),
-                task: task.clone(),
-                idle_s: Some(idle.as_secs()),
-                detail: Some(detail),
-            }));
-            if let Err(e) = self.ctx.journal.append(&rec) {
-                tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %task, error = %e, "cannot journal a stall");
+            if !self.mark(&task, "stalled", idle.as_secs(), detail) {
                 continue;
             }
             if kill {
                 self.signal_kill(&task, "stall");
+            }
+        }
+    }
+
+    /// Journals an attention record (`stalled`, `unstalled`); false when it could not be.
+    fn mark(&self, task: &TaskId, attention: &str, idle_s: u64, detail: String) -> bool {
+        let rec = Record::new(Body::Attention(AttentionRecord {
+            attention: attention.into(),
+            task: task.clone(),
+            idle_s: Some(idle_s),
+            detail: Some(detail),
+        }));
+        match self.ctx.journal.append(&rec) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(RUN_ID = %self.ctx.run_id, TASK = %task, error = %e, "cannot journal {attention}");
+                false
             }
         }
     }

@@ -371,6 +371,8 @@ pub(crate) mod types {
             resume_at: Some("2026-11-29T15:00:00.000Z".into()),
             budget_usd: Some(5.0),
             attention_marks: 1,
+            stalled: true,
+            stalled_since: Some("2026-11-29T14:02:00.000Z".into()),
             pending_approvals: 1,
             wave: Some(2),
             waves: Some(3),
@@ -415,6 +417,8 @@ pub(crate) mod types {
             updated: Some("2026-11-29T14:03:07.000Z".into()),
             worktree: Some("/w/B1".into()),
             halt_reason: Some(HaltReason::Gate),
+            stalled: true,
+            stalled_since: Some("2026-11-29T14:02:00.000Z".into()),
             commit: Some(commit()),
         }
     }
@@ -713,7 +717,11 @@ pub(crate) mod types {
         use SteerState as St;
         let steers = [St::Queued, St::Delivered, St::Taken, St::Applied, St::Refused];
         known(&spec, &format!("{s}/TaskDetail/allOf/1/properties/steers/items/properties/state"), &steers);
-        known(&spec, &format!("{s}/Attention/properties/attention"), &[AttentionKind::Stalled]);
+        known(
+            &spec,
+            &format!("{s}/Attention/properties/attention"),
+            &[AttentionKind::Stalled, AttentionKind::Unstalled],
+        );
         use HaltReason as H;
         let halts = [
             H::EngineError,

@@ -49,3 +49,49 @@ fn on_stall_kill_kills_the_silent_turn() {
     assert_eq!(stalls(&b).len(), 1);
     assert!(processes_with_env(&format!("HARNESS_HOME={}", b.home().display())).len() <= 1, "the turn's group is gone");
 }
+
+/// "Stalled now", beside the cumulative marks: on the row and the task while the turn is silent;
+/// when its output comes back an `unstalled` record ends it (the marks stay counted).
+#[test]
+fn stalled_now_clears_when_the_output_comes_back() {
+    let b = Bench::new();
+    let plan = json!({"v":"plan/v1","slug":"unst","stall_after":"1s","tasks":[
+        {"id":"H","wave":1,"adapter":"claude","prompt":"hang [fake-claude:hang]"}]});
+    let _sup = b.start_supervised(&plan.to_string(), "success", &[]);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    wait_for(T, || (!stalls(&b).is_empty()).then_some(())).expect("a stall mark");
+    let row = api.get("/runs").json()[0].clone();
+    assert_eq!((row["stalled"].as_bool(), row["attention_marks"].as_u64()), (Some(true), Some(1)), "{row}");
+    let since = row["stalled_since"].as_str().expect("since").to_string();
+    assert!(since < stalls(&b)[0]["ts"].as_str().unwrap().to_string(), "since is when the output stopped: {row}");
+    let task = || api.get(&format!("/runs/{run}/tasks/H")).json();
+    assert_eq!((task()["stalled"].as_bool(), task()["stalled_since"].as_str()), (Some(true), Some(since.as_str())));
+    // The engine speaks again (and keeps speaking): the stall is over.
+    let log = b.repo().join("runstate/unst.logs/H.log");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let talker = {
+        let (log, stop) = (log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+                std::io::Write::write_all(&mut f, b"{\"type\":\"stream_event\",\"event\":{\"type\":\"ping\"}}\n")
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    let unstalled =
+        wait_for(T, || b.journal().into_iter().find(|r| r["kind"] == "attention" && r["attention"] == "unstalled"));
+    let row = api.get("/runs").json()[0].clone();
+    let t = task();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    talker.join().unwrap();
+    let u = unstalled.expect("an unstalled record");
+    assert_eq!(u["task"], "H", "{u}");
+    assert!(u["detail"].as_str().unwrap().contains("output again"), "{u}");
+    assert_eq!((row["stalled"].as_bool(), row["stalled_since"].as_str()), (Some(false), None), "{row}");
+    assert_eq!(row["attention_marks"], 1, "the marks are cumulative: {row}");
+    assert_eq!(t["stalled"], false, "{t}");
+    assert_journal_valid(&b.journal());
+}

@@ -114,6 +114,14 @@ impl RunStatus {
 
 super::record::display_as_str!(RunStatus);
 
+/// `ts` less `idle_s` seconds (when the output stopped), as RFC 3339; `ts` itself if it does not parse.
+fn stopped_at(ts: &str, idle_s: u64) -> String {
+    humantime::parse_rfc3339_weak(ts)
+        .ok()
+        .and_then(|t| t.checked_sub(std::time::Duration::from_secs(idle_s)))
+        .map_or_else(|| ts.to_string(), |t| humantime::format_rfc3339_millis(t).to_string())
+}
+
 /// A line replay could not use.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BadLine {
@@ -161,6 +169,9 @@ pub struct RunView {
     pub start_sha: Option<String>,
     /// While blocked (or paused after a block): when the idle limit fails the run.
     pub fails_at: Option<String>,
+    /// The tasks stalled now (a `stalled` mark with no `unstalled` or task record after it), with
+    /// when their output stopped.
+    pub stalled_now: BTreeMap<TaskId, String>,
 }
 
 /// An attention mark as the views show it.
@@ -197,6 +208,7 @@ impl Default for RunView {
             branch: None,
             start_sha: None,
             fails_at: None,
+            stalled_now: BTreeMap::new(),
         }
     }
 }
@@ -212,14 +224,26 @@ impl RunView {
         match &rec.body {
             Body::Run(r) => self.apply_run(r),
             Body::Task(t) => self.apply_task(rec, line, t),
-            Body::Attention(a) => self.attention.push(AttentionView {
-                attention: a.attention.clone(),
-                task: a.task.clone(),
-                idle_s: a.idle_s,
-                detail: a.detail.clone(),
-                ts: rec.ts.clone(),
-                line,
-            }),
+            Body::Attention(a) => {
+                match a.attention.as_str() {
+                    "stalled" => {
+                        let since = stopped_at(&rec.ts, a.idle_s.unwrap_or(0));
+                        self.stalled_now.insert(a.task.clone(), since);
+                    }
+                    "unstalled" => {
+                        self.stalled_now.remove(&a.task);
+                    }
+                    _ => {}
+                }
+                self.attention.push(AttentionView {
+                    attention: a.attention.clone(),
+                    task: a.task.clone(),
+                    idle_s: a.idle_s,
+                    detail: a.detail.clone(),
+                    ts: rec.ts.clone(),
+                    line,
+                })
+            }
             Body::Approval(a) => self.apply_approval(rec, a),
             Body::Control(c) => self.apply_control(rec, line, c),
         }
@@ -254,6 +278,8 @@ impl RunView {
     }
 
     fn apply_task(&mut self, rec: &Record, line: u64, t: &super::TaskRecord) {
+        // A task that moved is not stalled (its turn ended, or a new one began).
+        self.stalled_now.remove(&t.task);
         // A task dispatched again (retry, steer) or dropped (skip) is what unblocks a run.
         if self.status == RunStatus::Blocked && matches!(t.state, TaskState::Leased | TaskState::Skipped) {
             self.status = RunStatus::Running;
