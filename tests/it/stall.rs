@@ -64,7 +64,7 @@ fn stalled_now_clears_when_the_output_comes_back() {
     let row = api.get("/runs").json()[0].clone();
     assert_eq!((row["stalled"].as_bool(), row["attention_marks"].as_u64()), (Some(true), Some(1)), "{row}");
     let since = row["stalled_since"].as_str().expect("since").to_string();
-    assert!(since < stalls(&b)[0]["ts"].as_str().unwrap().to_string(), "since is when the output stopped: {row}");
+    assert!(since.as_str() < stalls(&b)[0]["ts"].as_str().unwrap(), "since is when the output stopped: {row}");
     let task = || api.get(&format!("/runs/{run}/tasks/H")).json();
     assert_eq!((task()["stalled"].as_bool(), task()["stalled_since"].as_str()), (Some(true), Some(since.as_str())));
     // The engine speaks again (and keeps speaking): the stall is over.
