@@ -278,6 +278,13 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// The present's cursor (as far as the scanner has read): `/watch` with it as `Last-Event-ID`
+    /// sends what was appended after (`GET /runs`'s `Harness-Watch-Cursor`, taken before its page).
+    pub async fn cursor(&self, api: &Arc<Api>) -> Result<String, String> {
+        let hub = self.hub(api).await?;
+        Ok(hub.state.lock().unwrap_or_else(|p| p.into_inner()).cursor.id())
+    }
+
     async fn hub(&self, api: &Arc<Api>) -> Result<Arc<Hub>, String> {
         let api2 = api.clone();
         self.hub
@@ -479,6 +486,7 @@ pub async fn serve(
     last: Option<String>,
     since_now: bool,
     only: Vec<RunId>,
+    rows: bool,
 ) -> Result<Response<Body>, Response<Body>> {
     let hub = api.feed.hub(&api).await.map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     // Subscribed under the lock: no record falls between the snapshot and the subscription.
@@ -519,23 +527,45 @@ pub async fn serve(
         let only = only.clone();
         move |run: &str| only.is_empty() || only.iter().any(|r| r.as_str() == run)
     };
-    let start = Start { from, gone, now_id, wanted: Box::new(wanted.clone()) };
+    let rows = rows.then(|| api.clone());
+    let start = Start { from, gone, now_id, wanted: Box::new(wanted.clone()), rows: rows.clone() };
     tokio::spawn(catch_up_task(hub, present, start, tx, cut.clone()));
-    let live = futures_util::stream::unfold(rx, move |mut rx| {
-        let (cut, wanted) = (cut.clone(), wanted.clone());
+    let live = futures_util::stream::unfold((rx, None::<Arc<Item>>), move |(mut rx, mut held)| {
+        let (cut, wanted, rows) = (cut.clone(), wanted.clone(), rows.clone());
         async move {
             loop {
                 if cut.load(std::sync::atomic::Ordering::SeqCst) {
                     return None;
                 }
-                match rx.recv().await {
-                    Ok(item) if item.seq <= seq0 => continue,
-                    Ok(item) if !wanted(&item.run) => continue,
-                    Ok(item) => return Some((item.frame.clone(), rx)),
-                    // Fell too far behind, or the API is shutting down: the stream ends; the client
-                    // reconnects with its last id and loses nothing.
-                    Err(_) => return None,
+                let item = match held.take() {
+                    Some(item) => item,
+                    None => match rx.recv().await {
+                        Ok(item) if item.seq <= seq0 || !wanted(&item.run) => continue,
+                        Ok(item) => item,
+                        // Fell too far behind, or the API is shutting down: the stream ends; the
+                        // client reconnects with its last id and loses nothing.
+                        Err(_) => return None,
+                    },
+                };
+                let Some(api) = &rows else { return Some((item.frame.clone(), (rx, None))) };
+                // With rows: the run's records already there, then its row once.
+                let mut out = item.frame.to_vec();
+                loop {
+                    match rx.try_recv() {
+                        Ok(next) if next.seq <= seq0 || !wanted(&next.run) => continue,
+                        Ok(next) if next.run == item.run => out.extend_from_slice(&next.frame),
+                        Ok(next) => {
+                            held = Some(next);
+                            break;
+                        }
+                        // Nothing more now (or lagged / closed: the next recv says so).
+                        Err(_) => break,
+                    }
                 }
+                if let Some(row) = row_frame(api, &item.run).await {
+                    out.extend_from_slice(&row);
+                }
+                return Some((Bytes::from(out), (rx, held)));
             }
         }
     });
@@ -558,6 +588,21 @@ struct Start {
     gone: Option<String>,
     now_id: String,
     wanted: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    /// `?rows=1`: each run's row follows its records.
+    rows: Option<Arc<Api>>,
+}
+
+/// A run's row as `GET /runs` has it, as an `event: row` frame (no id: the cursor is the last
+/// record's); `None` for a run no longer registered.
+async fn row_frame(api: &Arc<Api>, run: &str) -> Option<Bytes> {
+    let run = RunId::parse(run).ok()?;
+    let a = api.clone();
+    let row = tokio::task::spawn_blocking(move || a.durable.overview.row(&run)).await.ok()??;
+    let mut out = Vec::with_capacity(row.len() + 20);
+    out.extend_from_slice(b"event: row\ndata: ");
+    out.extend_from_slice(&row);
+    out.extend_from_slice(b"\n\n");
+    Some(Bytes::from(out))
 }
 
 async fn catch_up_task(
@@ -567,7 +612,7 @@ async fn catch_up_task(
     tx: mpsc::Sender<Bytes>,
     cut: Arc<std::sync::atomic::AtomicBool>,
 ) {
-    let Start { from, gone, now_id, wanted } = start;
+    let Start { from, gone, now_id, wanted, rows } = start;
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
     }
@@ -633,6 +678,12 @@ async fn catch_up_task(
             // resumes from its last true id.
             tracing::warn!(RUN_ID = %run, sent, upto, "a /watch catch-up could not read a journal to its end: ending the stream");
             cut.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        if let Some(api) = &rows
+            && let Some(row) = row_frame(api, run.as_str()).await
+            && tx.send(row).await.is_err()
+        {
             return;
         }
     }

@@ -258,7 +258,7 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
 /// Every `Harness-*` response header, exposed to a page of an allowed origin (a browser hides the
 /// rest from its script): the paging headers of `GET /runs` and the clamp of `/events`, and what a
 /// diff is of and whether it was cut.
-pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit, Harness-Diff-Of, Harness-Commits, Harness-Truncated";
+pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit, Harness-Diff-Of, Harness-Commits, Harness-Truncated, Harness-Watch-Cursor";
 
 /// A refusal before any run is looked at. Those of a verb (any method but GET) are logged with the
 /// peer's uid: they cannot be tied to a run's journal (`audit::edge`).
@@ -406,10 +406,16 @@ async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, 
     let q = req.uri().query().map(str::to_string);
     // Every parameter is one /watch knows (as GET /runs): a misspelt filter is a 400, not every run.
     let mut runs = Vec::new();
+    let mut rows = false;
     for kv in q.as_deref().unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         match k {
             "token" | "lastEventId" | "since" => {}
+            "rows" if matches!(v, "1" | "true") => rows = true,
+            "rows" if matches!(v, "0" | "false") => rows = false,
+            "rows" => {
+                return Err(error_response(StatusCode::BAD_REQUEST, format!("rows must be 1 or 0, got {v:?}")));
+            }
             "run" => {
                 let v = routes::percent_decode(v)
                     .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("query parameter run: {e}")))?;
@@ -421,7 +427,7 @@ async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, 
                 return Err(error_response(
                     StatusCode::BAD_REQUEST,
                     format!(
-                        "unknown query parameter {other:?}: /watch takes run (repeatable), since, lastEventId, token"
+                        "unknown query parameter {other:?}: /watch takes run (repeatable), rows, since, lastEventId, token"
                     ),
                 ));
             }
@@ -444,12 +450,15 @@ async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, 
             ));
         }
     };
-    feed::serve(api, last, since_now, runs).await
+    feed::serve(api, last, since_now, runs, rows).await
 }
 
 /// `GET /runs`: one page of the overview, its cursor and totals in headers.
 async fn runs(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
     let (q, clamped) = overview_query(req.uri().query())?;
+    // Taken before the page is read: /watch from it repeats at worst a record the page shows, and
+    // never misses one.
+    let cursor = api.feed.cursor(&api).await.map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     let a = api.clone();
     let page = blocking(move || a.durable.overview.page(&q)).await?;
     let mut r = Response::new(full(page.body));
@@ -462,6 +471,9 @@ async fn runs(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, R
     }
     h.insert("harness-more", HeaderValue::from_static(if page.more { "true" } else { "false" }));
     h.insert("harness-total", HeaderValue::from(page.total));
+    if let Ok(v) = HeaderValue::from_str(&cursor) {
+        h.insert("harness-watch-cursor", v);
+    }
     if let Some(limit) = clamped {
         h.insert("harness-limit", HeaderValue::from(limit));
     }

@@ -177,6 +177,16 @@ impl Overview {
         }
     }
 
+    /// One run's row as `GET /runs` has it (with `live` and `supervisor`), up to date with its files;
+    /// `None` for a run not registered (or whose row is not JSON).
+    pub fn row(&self, run: &RunId) -> Option<Vec<u8>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.refresh(&mut inner);
+        let s = inner.runs.get(run)?;
+        let mut out = Vec::with_capacity(1024);
+        row_json(s, &mut out).then_some(out)
+    }
+
     /// Brings the index up to date with the files (see the module doc).
     fn refresh(&self, inner: &mut Inner) {
         if !inner.ready {
@@ -682,27 +692,39 @@ fn page(inner: &Inner, q: &Query) -> (Page, Vec<RunId>) {
             more = true;
             break;
         }
-        let row = s.row.text().trim_end();
-        if !*s.checked.get_or_init(|| serde_json::from_str::<serde::de::IgnoredAny>(row).is_ok()) {
-            garbled.push(c.1.clone());
-            continue;
-        }
         if n > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&row.as_bytes()[..row.len() - 1]);
-        let live = alive(s);
-        body.extend_from_slice(if live { b",\"live\":true" } else { b",\"live\":false" });
-        let supervisor = crate::views::Supervisor::of(live, s.head.status.into(), s.head.pointer.plane.into());
-        body.extend_from_slice(b",\"supervisor\":\"");
-        body.extend_from_slice(crate::wire::name_of(&supervisor).as_bytes());
-        body.extend_from_slice(b"\"}");
+        if !row_json(s, &mut body) {
+            if n > 0 {
+                body.pop();
+            }
+            garbled.push(c.1.clone());
+            continue;
+        }
         n += 1;
         next_after = Some(c.clone());
     }
     body.push(b']');
     let total = if filtered { inner.order.values().filter(|s| matches(s)).count() } else { inner.order.len() };
     (Page { body, next_after, more, total }, garbled)
+}
+
+/// Appends `s`'s row with `live` and `supervisor` (asked now) to `out`; false (nothing appended)
+/// when the stored row is not JSON.
+fn row_json(s: &Item, out: &mut Vec<u8>) -> bool {
+    let row = s.row.text().trim_end();
+    if !*s.checked.get_or_init(|| serde_json::from_str::<serde::de::IgnoredAny>(row).is_ok()) {
+        return false;
+    }
+    out.extend_from_slice(&row.as_bytes()[..row.len() - 1]);
+    let live = alive(s);
+    out.extend_from_slice(if live { b",\"live\":true" } else { b",\"live\":false" });
+    let supervisor = crate::views::Supervisor::of(live, s.head.status.into(), s.head.pointer.plane.into());
+    out.extend_from_slice(b",\"supervisor\":\"");
+    out.extend_from_slice(crate::wire::name_of(&supervisor).as_bytes());
+    out.extend_from_slice(b"\"}");
+    true
 }
 
 fn alive(s: &Item) -> bool {

@@ -463,3 +463,61 @@ fn review_comments_reach_the_agent_as_one_steer() {
     assert!(steers.iter().filter(|s| s["outcome"] == "refused").count() >= 5, "bad ones are on the record");
     sup.wait_exit(T);
 }
+
+/// `GET /runs` says where `/watch` continues from (`Harness-Watch-Cursor`), and `/watch?rows=1`
+/// follows each run's records with its row, so a UI applies the feed to its list without refetching.
+#[test]
+fn the_run_list_and_the_watch_feed_join_with_no_gap_and_rows_follow_records() {
+    let b = Bench::new();
+    let runs = install_fixture_runs(&b.home());
+    let (a, other) = (runs[0].1.clone(), runs[1].1.clone());
+    let api = ApiProc::start(&b.home(), &[]);
+    let r = api.get("/runs?limit=2");
+    assert_eq!(r.status, 200);
+    let cursor = r.header("harness-watch-cursor").expect("the list's watch cursor").to_string();
+    let append = |run: &str, by: &str| {
+        let rec = format!(r#"{{"kind":"run","event":"paused","by":"{by}"}}"#);
+        let (code, _, err) = cli(&b.home(), &["journal", "append", run, &rec]);
+        assert_eq!(code, 0, "{err}");
+    };
+    append(&a, "after-the-list");
+    // From the list's cursor: exactly what was appended after the list, nothing before.
+    let mut c = SseConn::open(api.port, "/watch", &[("Last-Event-ID", &cursor)]);
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let e = c.next_event().expect("the record appended after the list");
+    let v: serde_json::Value = serde_json::from_str(&e.data).unwrap();
+    assert_eq!((v["run"].as_str(), v["record"]["by"].as_str()), (Some(a.as_str()), Some("after-the-list")), "{v}");
+    drop(c);
+
+    // rows=1: live, a record of a run is followed by that run's row, as GET /runs has it.
+    let mut c = SseConn::open(api.port, "/watch?since=now&rows=1", &[]);
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    first_id(&mut c);
+    append(&other, "ui");
+    let rec = c.next_event().expect("the record");
+    assert_eq!(rec.event, None, "{rec:?}");
+    let rec: serde_json::Value = serde_json::from_str(&rec.data).unwrap();
+    let row = c.next_event().expect("its row");
+    assert_eq!((row.event.as_deref(), row.id.as_deref()), (Some("row"), None), "{row:?}");
+    let row: serde_json::Value = serde_json::from_str(&row.data).unwrap();
+    assert_eq!(row["runId"].as_str(), Some(other.as_str()), "{row}");
+    assert_eq!(row["journal"]["records"], rec["line"], "the row counts the record: {row}");
+    assert_eq!(row["updated"], rec["record"]["ts"], "{row}");
+    let listed = api.get("/runs").json();
+    let same = listed.as_array().unwrap().iter().find(|r| r["runId"] == other.as_str()).unwrap().clone();
+    assert_eq!(row, same, "the row is the list's row");
+    drop(c);
+    // A catch-up: a run's records, then its row.
+    let mut c = SseConn::open(api.port, &format!("/watch?rows=1&run={a}"), &[]);
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut kinds = Vec::new();
+    while let Some(e) = c.next_event() {
+        kinds.push(e.event.unwrap_or_else(|| "record".into()));
+        if kinds.last().map(String::as_str) == Some("row") {
+            break;
+        }
+    }
+    assert!(kinds.len() > 1 && kinds[..kinds.len() - 1].iter().all(|k| k == "record"), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("row"));
+    assert_eq!(api.get("/watch?rows=maybe").status, 400);
+}
