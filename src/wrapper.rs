@@ -109,6 +109,10 @@ pub fn command(dir: &Path, t: &Turn) -> tokio::process::Command {
     if let Some(i) = t.input {
         c.arg("--interactive").arg("--input").arg(i);
     }
+    // The stamper between the engine's stdout and the log (true line times): this binary.
+    if let Ok(me) = std::env::current_exe() {
+        c.env("HARNESS_STAMP", me);
+    }
     c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0).kill_on_drop(false);
     c
 }

@@ -44,10 +44,14 @@ append_exit_marker() {
   if [ -s "$LOG" ] && [ "$(tail -c 1 "$LOG" | od -An -c | tr -d ' ')" != '\n' ]; then
     printf '\n' >> "$LOG"
   fi
+  # When it was written (GNU date's milliseconds; a date without %N gives no valid time, and the
+  # event keeps the time it was read).
+  local ts
+  ts=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
   if [ -n "$SESSION_ID" ]; then
-    printf '{"harness":"exit","rc":%s,"session_id":%s}\n' "$rc" "$(json_str "$SESSION_ID")" >> "$LOG"
+    printf '{"harness":"exit","rc":%s,"session_id":%s,"ts":%s}\n' "$rc" "$(json_str "$SESSION_ID")" "$(json_str "$ts")" >> "$LOG"
   else
-    printf '{"harness":"exit","rc":%s}\n' "$rc" >> "$LOG"
+    printf '{"harness":"exit","rc":%s,"ts":%s}\n' "$rc" "$(json_str "$ts")" >> "$LOG"
   fi
 }
 
@@ -204,7 +208,14 @@ run_engine() {
   local sleeper
   trap on_signal TERM INT HUP
   # stdin: nothing, or the live channel (a FIFO the supervisor holds open) in interactive mode.
-  (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$@") < "${INPUT:-/dev/null}" >> "$LOG" 2>> "$LOG.stderr" &
+  # With HARNESS_STAMP (the harness binary), `harness stamp` sits between the engine's stdout and
+  # the log: it appends each line and its arrival time (LOG.times), and exits with the engine's code.
+  if [ -n "${HARNESS_STAMP:-}" ] && [ -x "$HARNESS_STAMP" ]; then
+    (cd "$CWD" && exec "$HARNESS_STAMP" stamp --log "$LOG" -- env -i "${ENV_ARGS[@]}" "$@") \
+      < "${INPUT:-/dev/null}" > /dev/null 2>> "$LOG.stderr" &
+  else
+    (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$@") < "${INPUT:-/dev/null}" >> "$LOG" 2>> "$LOG.stderr" &
+  fi
   ENGINE_PID=$!
   # The timer holds none of our stdio: a caller reading our stdout must not wait for it.
   sleep "$TIMEOUT" > /dev/null 2>&1 &

@@ -147,6 +147,7 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
     let mut dropped: Option<(Seq, Seq)> = None;
     let mut end = EndWatch::new(&api, &src);
     let mut last_sent = after;
+    let mut times = crate::os::stamp::Times::of(&src.logfile);
     loop {
         let (lines, state) = match tail.read_available(8 * 1024) {
             Ok(r) => r,
@@ -156,10 +157,16 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
             }
         };
         let got = !lines.is_empty();
-        // Lines read together were observed together: one clock read per batch, not per line.
+        // A line's time is when it arrived (its stamp, written before it); without one, when it was
+        // read — lines read together were observed together: one clock read per batch.
+        if got {
+            times.refresh();
+        }
         let now = crate::state::journal::now_rfc3339();
-        let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
         for (ord, line) in &lines {
+            let stamped = times.at(*ord);
+            let observed_ts = stamped.as_deref().unwrap_or(&now);
+            let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts };
             for e in normalize::normalize_line(src.adapter, *ord, line, &ctx) {
                 if after.is_some_and(|a| e.seq <= a) {
                     continue;
@@ -405,6 +412,7 @@ pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize, cl
     let mut n = 0;
     let mut next_after = after;
     let mut more = false;
+    let mut times = crate::os::stamp::Times::of(&src.logfile);
     match Tail::at_line(&api.index, &src.logfile, after.map(|s| s.line).unwrap_or(1)) {
         Ok(mut tail) => 'read: loop {
             let (lines, _) = match tail.read_available(1 << 20) {
@@ -414,9 +422,12 @@ pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize, cl
             if lines.is_empty() {
                 break;
             }
+            times.refresh();
             let now = crate::state::journal::now_rfc3339();
-            let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts: &now };
             for (ord, line) in &lines {
+                let stamped = times.at(*ord);
+                let observed_ts = stamped.as_deref().unwrap_or(&now);
+                let ctx = Context { run: &run, task: &task, session: src.session.as_deref(), observed_ts };
                 let events = normalize::normalize_line(src.adapter, *ord, line, &ctx);
                 for e in &events {
                     if after.is_some_and(|a| e.seq <= a) {

@@ -378,6 +378,15 @@ enum Cmd {
         #[arg(long, default_value_t = 660)]
         wait: u64,
     },
+    /// Plumbing for the wrappers: run CMD with its stdout appended to LOG and each line's arrival
+    /// time to LOG.times (exits with CMD's code).
+    #[command(hide = true)]
+    Stamp {
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(last = true, required = true)]
+        cmd: Vec<std::ffi::OsString>,
+    },
     /// Normalize an engine's raw stream (stdin) into events/v1 JSON lines (stdout).
     NormalizeEvents {
         /// claude, cursor or codex.
@@ -738,6 +747,10 @@ fn run(cmd: Cmd) -> Result<(), CliError> {
         Cmd::Liveness(LivenessCmd::Reap { run }) => local::liveness_reap(&run),
         Cmd::Install { user: _, bin, print, unit_dir } => local::install(bin, print, unit_dir.as_deref()),
         Cmd::Plist { which, bin } => local::plist(&which, bin),
+        Cmd::Stamp { log, cmd } => match crate::os::stamp::run(&log, &cmd) {
+            Ok(rc) => std::process::exit(rc),
+            Err(e) => Err(CliError::Failed(e)),
+        },
         Cmd::Uninstall { user: _, unit_dir } => local::uninstall(unit_dir.as_deref()),
         Cmd::Demo { dir, listen, pace } => {
             crate::demo::run(dir, listen, pace).map_err(|e| error::failed("harness demo", e))

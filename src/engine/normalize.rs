@@ -57,6 +57,9 @@ struct ExitMarker<'a> {
     rc: Option<i64>,
     #[serde(borrow, default)]
     session_id: Option<Cow<'a, str>>,
+    /// When the wrapper wrote it (added with true times).
+    #[serde(borrow, default)]
+    ts: Option<Cow<'a, str>>,
 }
 
 /// Normalizes one raw line. `line` may end with `\n`/`\r\n`; blank lines yield nothing.
@@ -130,7 +133,7 @@ fn exit_marker(text: &str) -> Result<Mapped<'_>, Data<'static>> {
         Ok(m) if m.harness == "exit" => match m.rc {
             Some(rc) => {
                 let session = m.session_id.clone();
-                Ok(Mapped { session: m.session_id, ts: None, data: vec![Data::Exit { rc, session }] })
+                Ok(Mapped { session: m.session_id, ts: m.ts, data: vec![Data::Exit { rc, session }] })
             }
             None => Err(Data::error("harness exit marker without an integer rc", Some(text.as_bytes()))),
         },

@@ -11,5 +11,6 @@ pub mod install;
 pub mod launchd;
 pub mod peer;
 pub mod service;
+pub mod stamp;
 pub mod tail;
 pub mod worktree;

@@ -521,3 +521,50 @@ fn the_run_list_and_the_watch_feed_join_with_no_gap_and_rows_follow_records() {
     assert_eq!(kinds.last().map(String::as_str), Some("row"));
     assert_eq!(api.get("/watch?rows=maybe").status, 400);
 }
+
+/// An event whose line has no timestamp of its own carries the time its line arrived (the
+/// stamper's sidecar), not the time the API read it: equal in `/events` and `/feed`, fetch after
+/// fetch, and before the task's turn ended.
+#[test]
+fn events_carry_the_time_their_line_arrived_live_and_in_replay() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"times","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]"}]}"#;
+    let out = b.harness("success").env("HARNESS_FAKE_PACE", "0.05").arg("run").arg(b.plan(plan)).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = b.run_id();
+    let ended = b
+        .journal()
+        .into_iter()
+        .find(|r| r["task"] == "A" && r["state"] == "implemented")
+        .and_then(|r| r["ts"].as_str().map(str::to_string))
+        .expect("A's turn ended");
+    assert!(b.repo().join("runstate/times.logs/A.log.times").exists(), "the sidecar");
+    std::thread::sleep(Duration::from_millis(1200));
+    let api = ApiProc::start(&b.home(), &[]);
+    let page = |api: &ApiProc| -> Vec<(String, String)> {
+        let r = api.get(&format!("/runs/{run}/tasks/A/events?limit=5000"));
+        assert_eq!(r.status, 200);
+        r.text()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|e| (e["seq"].to_string(), e["ts"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let first = page(&api);
+    assert!(first.len() > 3, "{first:?}");
+    for (seq, ts) in &first {
+        assert!(ts.as_str() <= ended.as_str(), "event {seq} at {ts}, after the turn ended at {ended}");
+    }
+    let distinct: std::collections::BTreeSet<&String> = first.iter().map(|(_, t)| t).collect();
+    assert!(distinct.len() > 2, "paced lines have their own times: {first:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(page(&api), first, "replay gives the same times");
+    let mut feed = SseConn::open(api.port, &format!("/runs/{run}/tasks/A/feed"), &[]);
+    let (fed, _) = until_end(&mut feed, T);
+    let fed: Vec<(String, String)> = fed
+        .iter()
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap())
+        .map(|e| (e["seq"].to_string(), e["ts"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(fed, first, "the stream says the same");
+}

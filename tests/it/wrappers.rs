@@ -330,3 +330,88 @@ fn the_contract_probe_passes() {
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains(", 0 failed"), "{text}");
 }
+
+/// With `harness stamp` between the engine and the log (`HARNESS_STAMP`, as the supervisor sets
+/// it): the same exit codes, status lines and log lines as without, SIGTERM to the group still ends
+/// everything with 143 and the engine's last words in the log, and every engine line has its time.
+#[test]
+fn the_stamper_changes_no_exit_code_status_or_log_line() {
+    let engine_lines = |t: &Turn| -> Vec<String> {
+        std::fs::read_to_string(t.log())
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with("{\"harness\":\"exit\""))
+            .map(|l| {
+                // The fake cursor and codex engines draw a session id per run: masked.
+                let mut out = l.to_string();
+                for key in ["\"session_id\":\"", "\"thread_id\":\""] {
+                    let mut parts = out.split(key);
+                    let mut masked = parts.next().unwrap_or("").to_string();
+                    for p in parts {
+                        masked.push_str(key);
+                        masked.push('…');
+                        masked.push_str(p.split_once('"').map_or("", |(_, rest)| rest));
+                    }
+                    out = masked;
+                }
+                out
+            })
+            .collect()
+    };
+    for w in &WRAPPERS {
+        for scenario in [w.ok_scenario, "exit3", "error"] {
+            let mut seen = Vec::new();
+            for stamp in [false, true] {
+                let t = Turn::new();
+                let args = first_args(w);
+                let mut c = t.cmd(w, scenario, &strs(&args));
+                if stamp {
+                    c.env("HARNESS_STAMP", bin());
+                }
+                let out = c.output().unwrap();
+                let status: Value =
+                    serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+                let lines = engine_lines(&t);
+                let times = harness::os::stamp::Times::of(&t.log());
+                if stamp {
+                    for (i, _) in lines.iter().enumerate() {
+                        assert!(
+                            times.at(i as u64 + 1).is_some(),
+                            "{} {scenario}: line {} has no time",
+                            w.script,
+                            i + 1
+                        );
+                    }
+                } else {
+                    assert!(!harness::os::stamp::sidecar(&t.log()).exists());
+                }
+                seen.push((out.status.code(), status["ok"].clone(), status["detail"].clone(), lines));
+            }
+            assert_eq!(seen[0], seen[1], "{} {scenario}: stamped and not differ", w.script);
+        }
+        // SIGTERM to the group: 143, nothing left, the engine's last words in the log.
+        let mut counts = Vec::new();
+        for stamp in [false, true] {
+            let t = Turn::new();
+            let mut c = t.cmd(w, "hang", &["--timeout", "60"]);
+            if stamp {
+                c.env("HARNESS_STAMP", bin());
+            }
+            let child = c.spawn().unwrap();
+            let pgid = child.id() as i32;
+            let started = wait_for(Duration::from_secs(10), || {
+                (std::fs::metadata(t.log()).map(|m| m.len()).unwrap_or(0) > 0 && group_members(pgid).len() >= 2)
+                    .then_some(())
+            });
+            assert!(started.is_some(), "{}: engine never started", w.script);
+            // SAFETY: signalling a process group this test created.
+            assert_eq!(unsafe { libc::killpg(pgid, libc::SIGTERM) }, 0);
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(143), "{} stamp={stamp}", w.script);
+            let left = wait_for(Duration::from_secs(3), || group_members(pgid).is_empty().then_some(()));
+            assert!(left.is_some(), "{}: left in the group: {:?}", w.script, group_members(pgid));
+            counts.push(engine_lines(&t).len());
+        }
+        assert_eq!(counts[0], counts[1], "{}: the lines after SIGTERM are all in the log", w.script);
+    }
+}
