@@ -338,6 +338,12 @@ pub struct RunSummary<J = JournalHealth> {
     /// Attention marks the journal holds.
     #[serde(default)]
     pub attention_marks: u64,
+    /// When the run started (its first `started` record) and ended (finished, failed or stopped);
+    /// `None` before (added).
+    #[serde(default)]
+    pub started_at: Option<String>,
+    #[serde(default)]
+    pub finished_at: Option<String>,
     /// A task of the run is stalled now (added; `attention_marks` counts every mark ever).
     #[serde(default)]
     pub stalled: bool,
@@ -425,6 +431,8 @@ impl<J> RunSummary<J> {
             attention_marks: self.attention_marks,
             stalled: self.stalled,
             stalled_since: self.stalled_since,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
             pending_approvals: self.pending_approvals,
             wave: self.wave,
             waves: self.waves,
@@ -599,6 +607,23 @@ pub struct TaskDetail {
     pub attention: Vec<AttentionView>,
     /// The run's supervisor is alive.
     pub supervised: bool,
+    /// Each attempt of the task, oldest first (added).
+    #[serde(default)]
+    pub history: Vec<Attempt>,
+}
+
+/// One attempt of a task (`TaskDetail.history`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub n: u32,
+    pub started_at: String,
+    /// `None` while it runs.
+    pub ended_at: Option<String>,
+    /// The state it reached.
+    pub state: TaskState,
+    pub rc: Option<i32>,
+    /// The words of its last record (why it halted, how it was committed).
+    pub reason: Option<String>,
 }
 
 /// A task's process as its liveness record has it.

@@ -271,6 +271,7 @@ impl Durable {
             steers: files.view.steers.iter().filter(|s| of_task(&s.task)).map(Into::into).collect(),
             attention: files.view.attention.iter().filter(|a| of_task(&a.task)).map(Into::into).collect(),
             supervised: files.supervisor_alive(),
+            history: journaled.map(|j| j.history.iter().map(Into::into).collect()).unwrap_or_default(),
         })
     }
 }

@@ -356,6 +356,7 @@ async fn dispatch(
             let a = api.clone();
             blocking(move || change::run_diff(&a.durable, &run, stat)).await?
         }
+        Route::Journal(run) => journal(api, run, req).await,
         Route::Gate(run, task) => {
             let a = api.clone();
             blocking(move || change::gate(&a.durable, &run, &task)).await?
@@ -526,6 +527,71 @@ async fn events(
         Err(r) => r,
     })
     .await
+}
+
+/// `GET /runs/:id/journal?after=&limit=`: one run's records after line `after`, as watch/v1 JSON
+/// lines (`record`, or `bad` for a line that is not one), paged like `/events`.
+async fn journal(api: Arc<Api>, run: RunId, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+    let q = req.uri().query().map(str::to_string);
+    for kv in q.as_deref().unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+        let k = kv.split_once('=').map_or(kv, |(k, _)| k);
+        if !matches!(k, "after" | "limit" | "token") {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                format!("unknown query parameter {k:?}: the journal takes after, limit, token"),
+            ));
+        }
+    }
+    let after = match stream::query_param(q.as_deref(), "after")? {
+        None => 0,
+        Some(a) if a.is_empty() => 0,
+        Some(a) => a.parse::<u64>().map_err(|_| {
+            error_response(StatusCode::BAD_REQUEST, format!("after must be a journal line number, got {a:?}"))
+        })?,
+    };
+    let (limit, clamped) = match stream::query_param(q.as_deref(), "limit")? {
+        None => (stream::PAGE_DEFAULT, false),
+        Some(l) => page_limit(&l, stream::PAGE_MAX)
+            .map_err(|e| error_response(StatusCode::BAD_REQUEST, format!("limit {e}")))?,
+    };
+    let a = api.clone();
+    let pointer = blocking(move || a.durable.pointer(&run)).await?.map_err(durable_error)?;
+    let (body, next, more) = blocking(move || journal_page(&pointer, after, limit)).await?;
+    let mut r = Response::new(full(body));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    r.headers_mut().insert("harness-next-after", HeaderValue::from(next));
+    r.headers_mut().insert("harness-more", HeaderValue::from_static(if more { "true" } else { "false" }));
+    if clamped {
+        r.headers_mut().insert("harness-limit", HeaderValue::from(limit));
+    }
+    Ok(r)
+}
+
+/// Up to `limit` complete lines of the run's journal after line `after`: the body, the last line
+/// served (or `after`), and whether more complete lines follow.
+fn journal_page(pointer: &crate::state::registry::Pointer, after: u64, limit: usize) -> (Vec<u8>, u64, bool) {
+    let path = pointer.journal_path();
+    let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let (mut out, mut line, mut n, mut more) = (Vec::new(), 0u64, 0usize, false);
+    crate::os::tail::each_line(&path, 0, len, |raw| {
+        line += 1;
+        if line <= after || more {
+            return;
+        }
+        if n == limit {
+            more = true;
+            return;
+        }
+        let record = serde_json::from_slice::<serde_json::Value>(raw).ok().filter(|r| !r.is_null());
+        let bad = record.is_none().then(|| String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned());
+        let e = crate::views::WatchEvent { v: "watch/v1".into(), run: pointer.run_id.clone(), line, record, bad };
+        if serde_json::to_writer(&mut out, &e).is_ok() {
+            out.push(b'\n');
+        }
+        n += 1;
+    });
+    let last = if n == 0 { after } else { after + n as u64 };
+    (out, last, more)
 }
 
 /// `GET /runs/:id/approvals`: the run's approvals, optionally of one state.

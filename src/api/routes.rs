@@ -20,6 +20,8 @@ pub enum Route {
     TaskDiff(RunId, TaskId),
     /// The run's own commits, as a diff or `?stat=1`.
     RunDiff(RunId),
+    /// One run's journal records, paged.
+    Journal(RunId),
     /// How the task's gate went.
     Gate(RunId, TaskId),
     /// How the task's review seat went.
@@ -54,6 +56,7 @@ impl Route {
             | Route::Events(..)
             | Route::TaskDiff(..)
             | Route::RunDiff(_)
+            | Route::Journal(_)
             | Route::Gate(..)
             | Route::Review(..)
             | Route::Approvals(_) => &["GET"],
@@ -125,6 +128,7 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         ["runs", r] => Route::Run(run(r)?),
         ["runs", r, "pause"] => Route::Pause(run(r)?),
         ["runs", r, "diff"] => Route::RunDiff(run(r)?),
+        ["runs", r, "journal"] => Route::Journal(run(r)?),
         ["runs", r, "budget"] => Route::Budget(run(r)?),
         ["runs", r, "resume"] => Route::Resume(run(r)?),
         ["runs", r, "tasks", t] => Route::Task(run(r)?, task(t)?),

@@ -111,11 +111,13 @@ fn review_comments(v: Option<&Value>) -> Result<Vec<crate::state::journal::Comme
         let line = match c.get("line") {
             None | Some(Value::Null) => None,
             // JSON Schema's integer: 12 and 12.0 alike.
-            Some(Value::Number(l)) if l.as_u64().is_some_and(|n| n >= 1) => l.as_u64(),
-            Some(Value::Number(l)) if l.as_f64().is_some_and(|f| f >= 1.0 && f.fract() == 0.0 && f < 1.8e19) => {
+            Some(Value::Number(l)) if l.as_u64().is_some_and(|n| (1..=u64::from(u32::MAX)).contains(&n)) => l.as_u64(),
+            Some(Value::Number(l))
+                if l.as_f64().is_some_and(|f| (1.0..=f64::from(u32::MAX)).contains(&f) && f.fract() == 0.0) =>
+            {
                 l.as_f64().map(|f| f as u64)
             }
-            Some(_) => return Err(bad(format!("comment {n}: line must be a positive integer (or null)"))),
+            Some(_) => return Err(bad(format!("comment {n}: line must be an integer from 1 to 4294967295 (or null)"))),
         };
         out.push(crate::state::journal::Comment { path: text("path")?, line, body: text("body")? });
     }

@@ -25,7 +25,7 @@ pub const VERSION: &str = "runsummary/v1";
 
 /// What the row a summary holds was computed by: a summary of an older revision is stale (its row
 /// lacks what the view has since gained: `counts.pending`, an `updated` refusals do not move).
-pub const REV: u32 = 4;
+pub const REV: u32 = 5;
 
 /// What identifies a file's content for this cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,6 +203,8 @@ impl RunFiles {
             attention_marks: v.attention.iter().filter(|a| a.attention == "stalled").count() as u64,
             stalled: !v.stalled_now.is_empty(),
             stalled_since: v.stalled_now.values().min().cloned(),
+            started_at: v.started_at.clone(),
+            finished_at: v.finished_at.clone(),
             pending_approvals: v.pending_approvals(None),
             wave: self.current_wave(),
             waves: plan.map(|pl| pl.waves().len() as u32),

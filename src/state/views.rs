@@ -70,6 +70,19 @@ pub fn file_changes(files: Vec<crate::os::change::FileChange>) -> Vec<views::Fil
     files.into_iter().map(Into::into).collect()
 }
 
+impl From<&journal::AttemptView> for views::Attempt {
+    fn from(a: &journal::AttemptView) -> Self {
+        views::Attempt {
+            n: a.n,
+            started_at: a.started_at.clone(),
+            ended_at: a.ended_at.clone(),
+            state: a.state.into(),
+            rc: a.rc,
+            reason: a.reason.clone(),
+        }
+    }
+}
+
 impl From<LiveState> for views::LiveState {
     fn from(s: LiveState) -> Self {
         match s {

@@ -76,7 +76,14 @@ impl Spec {
         } else if documented["content"].get("application/x-ndjson").is_some() {
             assert_eq!(ct, "application/x-ndjson");
             for line in r.text().lines() {
-                assert_valid(&self.events, &serde_json::from_str(line).unwrap(), "events line");
+                let v: Value = serde_json::from_str(line).unwrap();
+                if template.ends_with("/events") {
+                    assert_valid(&self.events, &v, "events line");
+                } else {
+                    // The journal's pages: watch/v1 lines.
+                    assert_eq!(v["v"], "watch/v1", "{v}");
+                    assert!(v["line"].as_u64().is_some(), "{v}");
+                }
             }
         }
     }
@@ -103,6 +110,8 @@ fn every_route_answers_as_openapi_yaml_says() {
         ("GET", "/runs/{runId}/tasks/{tid}/events", format!("/runs/{fin}/tasks/T1/events?limit=5")),
         ("GET", "/runs/{runId}/tasks/{tid}/events", format!("/runs/{fin}/tasks/T1/events?after=nope")),
         ("GET", "/runs/{runId}/tasks/{tid}/stream", format!("/runs/{fin}/tasks/T1/stream")),
+        ("GET", "/runs/{runId}/journal", format!("/runs/{fin}/journal?limit=3")),
+        ("GET", "/runs/{runId}/journal", format!("/runs/{fin}/journal?after=nope")),
     ];
     for (m, t, p) in &cases {
         let r = http(api.port, m, p, &[], None);
@@ -373,6 +382,8 @@ pub(crate) mod types {
             attention_marks: 1,
             stalled: true,
             stalled_since: Some("2026-11-29T14:02:00.000Z".into()),
+            started_at: Some("2026-11-29T14:00:00.000Z".into()),
+            finished_at: Some("2026-11-29T14:30:00.000Z".into()),
             pending_approvals: 1,
             wave: Some(2),
             waves: Some(3),
@@ -517,6 +528,14 @@ pub(crate) mod types {
             }],
             attention: vec![attention()],
             supervised: true,
+            history: vec![Attempt {
+                n: 1,
+                started_at: "2026-11-29T14:03:07.000Z".into(),
+                ended_at: Some("2026-11-29T14:04:07.000Z".into()),
+                state: TaskState::Halted,
+                rc: Some(3),
+                reason: Some("engine failed: exit 3".into()),
+            }],
         }
     }
 

@@ -568,3 +568,66 @@ fn events_carry_the_time_their_line_arrived_live_and_in_replay() {
         .collect();
     assert_eq!(fed, first, "the stream says the same");
 }
+
+/// True times on the views: a run's started_at and finished_at, a task's attempts one by one, and
+/// the run's journal paged.
+#[test]
+fn a_run_has_its_times_a_task_its_attempts_and_the_journal_pages() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"att","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]"}]}"#;
+    let mut sup = b.start_supervised(plan, "exit3,success", &[]);
+    b.wait_state("A", "halted", T);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let row = api.get("/runs").json()[0].clone();
+    assert!(row["started_at"].is_string() && row["finished_at"].is_null(), "{row}");
+    let r = http(
+        api.port,
+        "POST",
+        &format!("/runs/{run}/tasks/A/retry"),
+        &[("Content-Type", "application/json")],
+        Some(b"{}"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    b.wait_state("A", "committed", T);
+    sup.wait_exit(T);
+    let t = api.get(&format!("/runs/{run}/tasks/A")).json();
+    let h = t["history"].as_array().unwrap();
+    assert_eq!(h.len(), 2, "{t:#}");
+    assert_eq!(
+        (h[0]["n"].as_u64(), h[0]["state"].as_str(), h[0]["rc"].as_i64()),
+        (Some(1), Some("halted"), Some(3)),
+        "{h:?}"
+    );
+    assert!(h[0]["reason"].as_str().unwrap().contains("exit 3"), "{h:?}");
+    assert_eq!((h[1]["n"].as_u64(), h[1]["state"].as_str()), (Some(2), Some("committed")), "{h:?}");
+    for a in h {
+        assert!(a["started_at"].as_str().unwrap() <= a["ended_at"].as_str().unwrap(), "{a}");
+    }
+    assert!(h[0]["ended_at"].as_str() <= h[1]["started_at"].as_str());
+    let row = api.get("/runs").json()[0].clone();
+    assert_eq!(row["status"], "finished");
+    let (s, f) = (row["started_at"].as_str().unwrap(), row["finished_at"].as_str().unwrap());
+    assert!(s <= h[0]["started_at"].as_str().unwrap() && f >= h[1]["ended_at"].as_str().unwrap(), "{row}");
+    // The journal, two records a page, linked by Harness-Next-After.
+    let all = b.journal();
+    let (mut got, mut after) = (Vec::new(), "0".to_string());
+    loop {
+        let r = api.get(&format!("/runs/{run}/journal?after={after}&limit=2"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let lines: Vec<serde_json::Value> = r.text().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(lines.len() <= 2);
+        got.extend(lines);
+        after = r.header("harness-next-after").unwrap().to_string();
+        if r.header("harness-more") != Some("true") {
+            break;
+        }
+    }
+    assert_eq!(got.len(), all.len());
+    for (i, e) in got.iter().enumerate() {
+        assert_eq!((e["line"].as_u64(), &e["record"]), (Some(i as u64 + 1), &all[i]), "{e}");
+    }
+    assert_eq!(api.get(&format!("/runs/{run}/journal?after=x")).status, 400);
+    assert_eq!(api.get(&format!("/runs/{run}/journal?since=1")).status, 400);
+    assert_eq!(api.get("/runs/0123456789ab--nope/journal").status, 404);
+}

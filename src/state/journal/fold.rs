@@ -72,6 +72,22 @@ pub struct TaskView {
     pub files: Option<Vec<String>>,
     /// Timestamp of the last record about this task.
     pub ts: String,
+    /// Each attempt (a `leased` record begins one), oldest first.
+    pub history: Vec<AttemptView>,
+}
+
+/// One attempt of a task: from its `leased` record to the record that ended it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptView {
+    pub n: u32,
+    pub started_at: String,
+    /// `None` while it runs (or when it was redone before it ended: then the next one began).
+    pub ended_at: Option<String>,
+    /// The state it reached.
+    pub state: TaskState,
+    pub rc: Option<i32>,
+    /// The words of its last record.
+    pub reason: Option<String>,
 }
 
 /// Run status, derived only from `run` records.
@@ -169,6 +185,9 @@ pub struct RunView {
     pub start_sha: Option<String>,
     /// While blocked (or paused after a block): when the idle limit fails the run.
     pub fails_at: Option<String>,
+    /// The run's first `started` record's time, and the time of the record that ended it.
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
     /// The tasks stalled now (a `stalled` mark with no `unstalled` or task record after it), with
     /// when their output stopped.
     pub stalled_now: BTreeMap<TaskId, String>,
@@ -208,6 +227,8 @@ impl Default for RunView {
             branch: None,
             start_sha: None,
             fails_at: None,
+            started_at: None,
+            finished_at: None,
             stalled_now: BTreeMap::new(),
         }
     }
@@ -222,7 +243,18 @@ impl RunView {
             self.last_ts = Some(rec.ts.clone());
         }
         match &rec.body {
-            Body::Run(r) => self.apply_run(r),
+            Body::Run(r) => {
+                let was_over = self.status.is_over();
+                self.apply_run(r);
+                if r.event == RunEvent::Started && self.started_at.is_none() {
+                    self.started_at = Some(rec.ts.clone());
+                }
+                if self.status.is_over() && !was_over {
+                    self.finished_at = Some(rec.ts.clone());
+                } else if !self.status.is_over() {
+                    self.finished_at = None;
+                }
+            }
             Body::Task(t) => self.apply_task(rec, line, t),
             Body::Attention(a) => {
                 match a.attention.as_str() {
@@ -306,6 +338,7 @@ impl RunView {
             logfile: None,
             files: None,
             ts: rec.ts.clone(),
+            history: Vec::new(),
         });
         entry.state = t.state;
         entry.ts = rec.ts.clone();
@@ -336,6 +369,25 @@ impl RunView {
         }
         if t.state == TaskState::Leased {
             entry.attempts = t.attempt.unwrap_or(entry.attempts + 1);
+            // A lease of the attempt already open (a recovery's re-lease) continues it.
+            if entry.history.last().is_none_or(|a| a.n != entry.attempts || a.ended_at.is_some()) {
+                entry.history.push(AttemptView {
+                    n: entry.attempts,
+                    started_at: rec.ts.clone(),
+                    ended_at: None,
+                    state: t.state,
+                    rc: None,
+                    reason: None,
+                });
+            }
+        }
+        if let Some(a) = entry.history.last_mut().filter(|a| a.ended_at.is_none()) {
+            a.state = t.state;
+            a.rc = t.rc.or(a.rc);
+            a.reason = t.detail.clone().or(a.reason.take());
+            if matches!(t.state, TaskState::Committed | TaskState::Halted | TaskState::Skipped) {
+                a.ended_at = Some(rec.ts.clone());
+            }
         }
     }
 

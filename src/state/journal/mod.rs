@@ -17,8 +17,8 @@ mod steer;
 
 pub use file::Journal;
 pub use fold::{
-    ApprovalView, AttentionView, BadLine, Follower, PendingSteer, RunStatus, RunView, SteerView, TaskView, parse_line,
-    replay, replay_bytes,
+    ApprovalView, AttemptView, AttentionView, BadLine, Follower, PendingSteer, RunStatus, RunView, SteerView, TaskView,
+    parse_line, replay, replay_bytes,
 };
 pub use reconcile::{Reconciliation, reconcile};
 use record::validate_shape;
