@@ -82,6 +82,7 @@ mod tests {
             logfile: None,
             files: None,
             ts: String::new(),
+            history: Vec::new(),
         };
         let halted_no_session = view(TaskState::Halted, None);
         assert_eq!(SteerRefusal::check(true, Some(&halted_no_session), true), Some(VerdictSeat));
