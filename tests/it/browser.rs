@@ -21,10 +21,6 @@ struct PageServer {
 
 impl PageServer {
     fn start(api_port: u16, run: &str) -> PageServer {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let report = Arc::new(Mutex::new(String::new()));
-        let r2 = report.clone();
         let page = format!(
             r#"<!doctype html><html><body><script>
 const seqs = []; let errors = 0;
@@ -34,6 +30,15 @@ es.onerror = () => {{ errors++; }};
 setInterval(() => fetch("/report", {{method: "POST", body: JSON.stringify({{seqs, errors}})}}), 150);
 </script></body></html>"#
         );
+        PageServer::serving(page)
+    }
+
+    /// Serves `page` at every path but `POST /report`, whose body it keeps.
+    fn serving(page: String) -> PageServer {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let report = Arc::new(Mutex::new(String::new()));
+        let r2 = report.clone();
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 let Ok(mut s) = conn else { continue };
@@ -212,4 +217,113 @@ fn a_browser_eventsource_resumes_exactly_across_an_api_restart() {
     })
     .expect("the page reports");
     assert!(reported.is_empty(), "a foreign origin received events: {reported:?}");
+}
+
+/// The Web UI's path through the API, in Chromium from an allowlisted origin: it lists the runs
+/// with their total, follows `/watch` (with rows) from the list's cursor across an API restart and
+/// loses no record, renders a task's `/feed` to its `end`, shows the task's diff, and steers a
+/// working task with a review comment.
+#[test]
+fn a_web_ui_in_chromium_lists_watches_feeds_diffs_and_steers_with_a_comment() {
+    let Some(bin) = chromium() else {
+        assert!(std::env::var_os("CI").is_none(), "chromium is required under CI (bash .ci/run installs it)");
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"ui","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]"},
+        {"id":"B","wave":2,"adapter":"claude","prompt":"b [fake-claude:hang]"}]}"#;
+    let _sup = b.start_supervised(plan, "success", &[]);
+    b.wait_state("B", "leased", Duration::from_secs(30));
+    let run = b.run_id();
+    // Other runs in the same home (installed after: the bench's own lookups take the newest id).
+    let others = install_fixture_runs(&b.home());
+    let api_port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let api = format!("http://127.0.0.1:{api_port}");
+    let page = PageServer::serving(format!(
+        r#"<!doctype html><html><body><script>
+const API = "{api}", RUN = "{run}";
+const r = {{records: [], rows: 0, errors: 0}};
+const report = () => fetch("/report", {{method: "POST", body: JSON.stringify(r)}});
+setInterval(report, 200);
+(async () => {{
+  const list = await fetch(API + "/runs?limit=50");
+  r.total = list.headers.get("Harness-Total");
+  r.listed = (await list.json()).length;
+  const cursor = list.headers.get("Harness-Watch-Cursor");
+  const w = new EventSource(API + "/watch?rows=1&lastEventId=" + encodeURIComponent(cursor));
+  w.onmessage = (e) => {{ const d = JSON.parse(e.data); r.records.push(d.run + ":" + d.line); }};
+  w.addEventListener("row", (e) => {{ r.rows++; r.lastRow = JSON.parse(e.data).runId; }});
+  w.onerror = () => {{ r.errors++; }};
+  const f = new EventSource(API + "/runs/" + RUN + "/tasks/A/feed");
+  r.fed = 0;
+  f.onmessage = () => {{ r.fed++; }};
+  f.addEventListener("end", (e) => {{ r.end = JSON.parse(e.data); f.close(); }});
+  const d = await fetch(API + "/runs/" + RUN + "/tasks/A/diff");
+  r.diffOf = d.headers.get("Harness-Diff-Of");
+  r.diff = await d.text();
+  const s = await fetch(API + "/runs/" + RUN + "/tasks/B/steer", {{method: "POST",
+    headers: {{"Content-Type": "application/json"}},
+    body: JSON.stringify({{msg: "Please fix:", comments: [{{path: "a.txt", line: 1, body: "say hello"}}], by: "web-ui"}})}});
+  r.steer = s.status;
+}})();
+</script></body></html>"#
+    ));
+    let allowed = format!("http://127.0.0.1:{}", page.port);
+    let mut api_proc = api_on(&b.home(), api_port, &allowed);
+    let profile = tempfile::tempdir().unwrap();
+    let _browser = open_browser(&bin, &format!("http://127.0.0.1:{}/", page.port), profile.path());
+    let report = || -> serde_json::Value { serde_json::from_str(&page.report.lock().unwrap()).unwrap_or_default() };
+    let done = wait_for(Duration::from_secs(60), || {
+        let v = report();
+        (v["steer"].is_number() && v["end"].is_object()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("the page got: {}", report()));
+    assert_eq!(done["total"], (others.len() + 1).to_string(), "{done}");
+    assert_eq!(done["listed"], others.len() + 1);
+    assert_eq!((done["end"]["reason"].as_str(), done["end"]["state"].as_str()), (Some("task_over"), Some("committed")));
+    assert!(done["fed"].as_u64().unwrap() > 3, "{done}");
+    assert_eq!(done["diffOf"], "commit");
+    assert!(done["diff"].as_str().unwrap().contains("+++ b/a.txt"), "{done}");
+    assert_eq!(done["steer"], 200, "{done}");
+    let steer = json_lines(&b.repo().join("runstate/ui.jsonl"))
+        .into_iter()
+        .find(|s| s["kind"] == "control" && s["verb"] == "steer" && s["by"] == "web-ui")
+        .expect("the steer is on the record");
+    assert_eq!(
+        steer["msg"], "Please fix:\n\nA review comment on your change:\n\n1. a.txt:1\n   > say hello",
+        "{steer}"
+    );
+    // The API goes away; records are appended meanwhile; it comes back on the same port: the
+    // page's EventSource resumes with its last id and every record comes once.
+    api_proc.child.kill().unwrap();
+    api_proc.child.wait().unwrap();
+    for (_, id) in &others {
+        let (code, _, err) =
+            cli(&b.home(), &["journal", "append", id, r#"{"kind":"run","event":"paused","by":"away"}"#]);
+        assert_eq!(code, 0, "{err}");
+    }
+    api_proc = api_on(&b.home(), api_port, &allowed);
+    let lines: Vec<String> =
+        others.iter().map(|(_, id)| format!("{id}:{}", json_lines(&journal_of(&b.home(), id)).len())).collect();
+    let got = wait_for(Duration::from_secs(60), || {
+        let v = report();
+        let recs: Vec<String> = v["records"].as_array()?.iter().map(|s| s.as_str().unwrap_or("").to_string()).collect();
+        lines.iter().all(|l| recs.contains(l)).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("after the restart the page got {}", report()));
+    let recs: Vec<&str> = got["records"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let unique: std::collections::BTreeSet<&&str> = recs.iter().collect();
+    assert_eq!(unique.len(), recs.len(), "no record twice: {recs:?}");
+    assert!(got["errors"].as_u64().unwrap() >= 1, "the page saw the API go");
+    assert!(got["rows"].as_u64().unwrap() >= others.len() as u64, "a row after each run's records: {got}");
+    drop(api_proc);
+}
+
+/// A registered run's journal path.
+fn journal_of(home: &std::path::Path, run: &str) -> std::path::PathBuf {
+    let p: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(home.join("runs").join(format!("{run}.json"))).unwrap()).unwrap();
+    let dir = std::path::PathBuf::from(p["runstateDir"].as_str().unwrap());
+    dir.join(format!("{}.jsonl", p["slug"].as_str().unwrap()))
 }
