@@ -113,8 +113,25 @@ pub fn run_diff(d: &Durable, run: &RunId, stat: bool) -> Result<Response<Body>, 
         ));
     };
     let since = v.start_sha.as_deref().filter(|s| crate::os::git::ref_sha(&repo, s).is_some());
-    let commits = change::run_commits(&repo, &tip, since, run.as_str(), v.nonce.as_deref())
+    let mut commits = change::run_commits(&repo, &tip, since, run.as_str(), v.nonce.as_deref())
         .map_err(|e| git_failed("the run's commits", e))?;
+    // A task committed with the agent's own commits kept as they are (isolation: shared) carries
+    // no trailer: its commits are those between its base and its sha.
+    let kept: Vec<String> = v
+        .tasks
+        .values()
+        .filter(|t| t.state == TaskState::Committed)
+        .filter_map(|t| Some((t.base.clone()?, t.sha.clone()?)))
+        .filter(|(_, sha)| !commits.contains(sha))
+        .flat_map(|(base, sha)| change::commits_between(&repo, &base, &sha).unwrap_or_default())
+        .collect();
+    if !kept.is_empty() {
+        let all: std::collections::HashSet<String> = commits.iter().chain(&kept).cloned().collect();
+        let from = since.map_or_else(|| tip.clone(), |s| format!("{s}..{tip}"));
+        let order = crate::os::git::run(&repo, &["rev-list", "--reverse", "--topo-order", &from, "--"])
+            .map_err(|e| git_failed("the run's commits", e))?;
+        commits = order.lines().filter(|c| all.contains(*c)).map(str::to_string).collect();
+    }
     if stat {
         let mut paths = Vec::new();
         for sha in &commits {

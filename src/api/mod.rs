@@ -545,9 +545,14 @@ async fn journal(api: Arc<Api>, run: RunId, req: Request<Incoming>) -> Result<Re
     let after = match stream::query_param(q.as_deref(), "after")? {
         None => 0,
         Some(a) if a.is_empty() => 0,
-        Some(a) => a.parse::<u64>().map_err(|_| {
-            error_response(StatusCode::BAD_REQUEST, format!("after must be a journal line number, got {a:?}"))
-        })?,
+        // Digits past u64 are past any journal's end: an empty last page.
+        Some(a) if !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()) => a.parse::<u64>().unwrap_or(u64::MAX),
+        Some(a) => {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                format!("after must be a journal line number, got {a:?}"),
+            ));
+        }
     };
     let (limit, clamped) = match stream::query_param(q.as_deref(), "limit")? {
         None => (stream::PAGE_DEFAULT, false),

@@ -131,6 +131,14 @@ impl Drop for Gone {
     }
 }
 
+/// The commits in `from..to`, oldest first.
+pub fn commits_between(repo: &Path, from: &str, to: &str) -> Result<Vec<String>, GitError> {
+    Ok(git::run(repo, &["rev-list", "--reverse", "--topo-order", &format!("{from}..{to}"), "--"])?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
 /// Escapes a value for git's basic regular expressions (ids hold only `[A-Za-z0-9._-]`).
 fn regex_literal(s: &str) -> String {
     s.replace('.', "\\.")

@@ -631,3 +631,25 @@ fn a_run_has_its_times_a_task_its_attempts_and_the_journal_pages() {
     assert_eq!(api.get(&format!("/runs/{run}/journal?since=1")).status, 400);
     assert_eq!(api.get("/runs/0123456789ab--nope/journal").status, 404);
 }
+
+/// With isolation: shared, an agent that commits all its work itself leaves commits with no
+/// trailer (kept as they are): the run's diff still holds them.
+#[test]
+fn the_runs_diff_holds_an_agents_own_commits_kept_as_they_are() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"own","isolation":"shared","max_parallel":1,"tasks":[
+        {"id":"A","wave":1,"adapter":"claude","prompt":"a [fake-write:own.txt] [fake-commitall]"},
+        {"id":"B","wave":2,"adapter":"claude","prompt":"b [fake-write:b.txt]"}]}"#;
+    let out = b.harness("success").arg("run").arg(b.plan(plan)).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = b.run_id();
+    let api = ApiProc::start(&b.home(), &[]);
+    let r = api.get(&format!("/runs/{run}/diff"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains("+++ b/own.txt") && text.contains("agent: commit all"), "the agent's commit: {text}");
+    assert!(text.contains("+++ b/b.txt"), "{text}");
+    let commits = r.header("harness-commits").unwrap().to_string();
+    let a = b.view()["tasks"]["A"]["sha"].as_str().unwrap().to_string();
+    assert!(commits.split(',').next() == Some(a.as_str()), "oldest first: {commits}");
+}
