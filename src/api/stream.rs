@@ -231,6 +231,9 @@ struct EndWatch {
     journal: PathBuf,
     /// `None` for a plane without a supervisor of its own (DynWF): only the journal ends it.
     socket: Option<PathBuf>,
+    /// The liveness sidecar: a batch run (`harness run` in the foreground) has no control socket,
+    /// and its supervising process is known by the pid there — as the views know it.
+    liveness: PathBuf,
     follower: Option<crate::state::journal::Follower>,
     wake: Option<tokio::sync::broadcast::Receiver<()>>,
     dirty: bool,
@@ -250,6 +253,7 @@ impl EndWatch {
             wake: api.hub.subscribe(&journal),
             journal,
             socket,
+            liveness: src.pointer.liveness_path(),
             follower: Some(Default::default()),
             dirty: true,
             asked: None,
@@ -289,11 +293,19 @@ impl EndWatch {
             return None;
         }
         let mut follower = self.follower.take().unwrap_or_default();
-        let (journal, run, task) = (self.journal.clone(), self.run.clone(), self.task.clone());
+        let (journal, run, task, liveness) =
+            (self.journal.clone(), self.run.clone(), self.task.clone(), self.liveness.clone());
         let silent_for = self.silent_since.map(|s| now.saturating_duration_since(s));
         let asked = ask.is_some();
         let (follower, answered, end) = tokio::task::spawn_blocking(move || {
-            let answered = ask.map(|sock| crate::control::is_live(&sock));
+            let pid_alive = || {
+                crate::state::liveness::get(&liveness)
+                    .ok()
+                    .flatten()
+                    .and_then(|l| l.supervisor_pid)
+                    .is_some_and(crate::state::liveness::pid_alive)
+            };
+            let answered = ask.map(|sock| crate::control::is_live(&sock) || pid_alive());
             let not_live = answered == Some(false) && silent_for.is_some_and(|d| d >= NOT_LIVE_GRACE);
             let end = match follower.update(&journal) {
                 Ok(view) => crate::state::views::stream_end(view, &run, &task, not_live, last.map(|s| s.to_string())),

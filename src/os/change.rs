@@ -32,6 +32,10 @@ pub struct FileChange {
     pub removed: Option<u64>,
 }
 
+/// A patch any tool reads, whatever the user's git config: no colour, no external diff tool or
+/// textconv filter run, git's `a/` and `b/` prefixes (`diff.noprefix` ignored).
+const PLAIN: [&str; 5] = ["--no-color", "--no-ext-diff", "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/"];
+
 /// A diff cut at a byte limit.
 pub struct Bounded {
     pub bytes: Vec<u8>,
@@ -57,8 +61,12 @@ pub fn commit_files(repo: &Path, sha: &str) -> Result<Vec<FileChange>, GitError>
 
 /// The unified diff of commit `sha` (against its first parent), at most `limit` bytes.
 pub fn commit_patch(repo: &Path, sha: &str, limit: usize) -> Result<Bounded, GitError> {
-    let (bytes, truncated) =
-        git::run_bounded(repo, None, &["show", "--format=", "-M", "--patch", "--no-color", sha, "--"], limit)?;
+    let (bytes, truncated) = git::run_bounded(
+        repo,
+        None,
+        &["show", "--format=", "-M", "--patch", PLAIN[0], PLAIN[1], PLAIN[2], PLAIN[3], PLAIN[4], sha, "--"],
+        limit,
+    )?;
     Ok(Bounded { bytes: trim_leading_newline(bytes), truncated })
 }
 
@@ -67,7 +75,8 @@ pub fn commits_patch(repo: &Path, shas: &[String], limit: usize) -> Result<Bound
     if shas.is_empty() {
         return Ok(Bounded { bytes: Vec::new(), truncated: false });
     }
-    let mut args = vec!["show", "--no-walk=unsorted", "-M", "--patch", "--no-color", "--format=medium"];
+    let mut args = vec!["show", "--no-walk=unsorted", "-M", "--patch", "--format=medium"];
+    args.extend(PLAIN);
     args.extend(shas.iter().map(String::as_str));
     args.push("--");
     let (bytes, truncated) = git::run_bounded(repo, None, &args, limit)?;
@@ -91,7 +100,7 @@ pub fn worktree_change(worktree: &Path, base: &str, limit: usize) -> Result<(Vec
     let (bytes, truncated) = git::run_bounded(
         worktree,
         Some(index),
-        &["diff", "--cached", "-M", "--no-color", "--patch", base, "--"],
+        &["diff", "--cached", "-M", "--patch", PLAIN[0], PLAIN[1], PLAIN[2], PLAIN[3], PLAIN[4], base, "--"],
         limit,
     )?;
     Ok((files, Bounded { bytes, truncated }))

@@ -67,33 +67,42 @@ pub fn run(log: &Path, cmd: &[OsString]) -> Result<i32, String> {
         .map_err(|e| format!("cannot run {}: {e}", prog.to_string_lossy()))?;
     let mut pipe = child.stdout.take().expect("piped");
     let mut next = lines_in(log) + 1;
-    let mut buf = vec![0u8; 64 << 10];
-    let mut broken = false;
-    loop {
-        let n = match pipe.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        let chunk = &buf[..n];
-        let complete = memchr::memchr_iter(b'\n', chunk).count() as u64;
-        // The time first: a reader that sees the line finds its time.
-        if complete > 0
-            && let Some(t) = times.as_mut()
-            && t.write_all(format!("{next} {complete} {}\n", now_ms()).as_bytes()).is_err()
-        {
-            times = None;
+    let log_name = log.display().to_string();
+    // The copy runs beside the wait: a grandchild the engine left (a dev server, a watcher) may
+    // hold the pipe open long after the engine exited, and must not hold the turn.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut broken = false;
+        loop {
+            let n = match pipe.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let chunk = &buf[..n];
+            let complete = memchr::memchr_iter(b'\n', chunk).count() as u64;
+            // The time first: a reader that sees the line finds its time.
+            if complete > 0
+                && let Some(t) = times.as_mut()
+                && t.write_all(format!("{next} {complete} {}\n", now_ms()).as_bytes()).is_err()
+            {
+                times = None;
+            }
+            next += complete;
+            if !broken && let Err(e) = out.write_all(chunk) {
+                // Keep draining (the engine must not block on a full pipe); the log says what it has.
+                eprintln!("harness stamp: cannot append to {log_name}: {e}");
+                broken = true;
+            }
         }
-        next += complete;
-        if !broken && let Err(e) = out.write_all(chunk) {
-            // Keep draining (the engine must not block on a full pipe); the log says what it has.
-            eprintln!("harness stamp: cannot append to {}: {e}", log.display());
-            broken = true;
-        }
-    }
-    drop(pipe);
+        let _ = done_tx.send(());
+    });
     let status = child.wait().map_err(|e| format!("waiting for the engine: {e}"))?;
+    // What the engine wrote before it exited is in the pipe: read within a moment, then the stamper
+    // goes (a grandchild still writing gets EPIPE, as it would on a closed terminal).
+    let _ = done_rx.recv_timeout(std::time::Duration::from_millis(500));
     use std::os::unix::process::ExitStatusExt;
     Ok(status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1))
 }
@@ -141,8 +150,11 @@ impl Times {
 
     /// When line `line` arrived, as RFC 3339 (ms), if the sidecar says.
     pub fn at(&self, line: u64) -> Option<String> {
-        // The last batch covering it (a line a later turn wrote again is that turn's).
-        let ms = self.batches.iter().rev().find(|(first, count, _)| line >= *first && line < first + count)?.2;
+        // Batches are written in line order: the last one starting at or before it, if it covers it
+        // (a few back, for a stamper that died between its time and its lines).
+        let end = self.batches.partition_point(|(first, _, _)| *first <= line);
+        let ms =
+            self.batches[end.saturating_sub(4)..end].iter().rev().find(|(first, count, _)| line < first + count)?.2;
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).ok()?);
         Some(humantime::format_rfc3339_millis(t).to_string())
     }
@@ -151,6 +163,19 @@ impl Times {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An engine that leaves a background child holding its stdout (a dev server) does not hold
+    /// the turn: the stamper goes soon after the engine exits, with its code and its lines.
+    #[test]
+    fn a_grandchild_holding_stdout_does_not_hold_the_stamper() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("T.log");
+        let cmd: Vec<OsString> = ["sh", "-c", "sleep 30 & echo started; exit 0"].map(Into::into).to_vec();
+        let t = std::time::Instant::now();
+        assert_eq!(run(&log, &cmd).unwrap(), 0);
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "held {:?}", t.elapsed());
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\n");
+    }
 
     #[test]
     fn the_stamper_copies_every_line_keeps_the_exit_code_and_times_each_batch() {

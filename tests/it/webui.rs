@@ -653,3 +653,43 @@ fn the_runs_diff_holds_an_agents_own_commits_kept_as_they_are() {
     let a = b.view()["tasks"]["A"]["sha"].as_str().unwrap().to_string();
     assert!(commits.split(',').next() == Some(a.as_str()), "oldest first: {commits}");
 }
+
+/// A batch run (`harness run` in the foreground, no control socket) is followed by `/feed` while
+/// it works — its supervising process is known by its liveness pid — and ends when it is stopped.
+#[test]
+fn a_feed_follows_a_batch_run_until_it_ends() {
+    let b = Bench::new();
+    let plan =
+        b.plan(r#"{"v":"plan/v1","slug":"batch","tasks":[{"id":"H","wave":1,"adapter":"claude","prompt":"h"}]}"#);
+    let child = b
+        .harness("hang")
+        .arg("run")
+        .arg(&plan)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut run_proc = Proc { child };
+    wait_for(T, || b.try_run_id()).expect("registered");
+    b.wait_state("H", "leased", T);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let mut feed = SseConn::open(api.port, &format!("/runs/{run}/tasks/H/feed"), &[]);
+    assert_eq!(feed.status, 200);
+    feed.stream.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        match feed.next() {
+            Some(e) => assert_ne!(e.event.as_deref(), Some("end"), "a working batch run's feed ended: {e:?}"),
+            None => break,
+        }
+    }
+    assert!(t.elapsed() >= Duration::from_secs(5), "the feed closed while the run works");
+    // Ctrl-C: the run ends stopped, and so does the feed.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(run_proc.child.id() as i32, libc::SIGINT) };
+    run_proc.wait_exit(T);
+    let mut feed = SseConn::open(api.port, &format!("/runs/{run}/tasks/H/feed"), &[]);
+    let (_, end) = until_end(&mut feed, T);
+    assert_eq!(end["reason"], "run_over", "{end}");
+}
