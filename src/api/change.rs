@@ -61,12 +61,18 @@ pub fn task_diff(d: &Durable, run: &RunId, task: &TaskId, stat: bool) -> Result<
     let repo = files.git_dir();
     let t = files.view.tasks.get(task);
     let attempt = || crate::os::worktree::attempts(&repo, run, task).pop().map(|(_, sha)| sha);
+    // isolation: shared — a working task works in the run's checkout itself.
+    let shared = files.plan.as_ref().and_then(|p| p.isolation) == Some(crate::state::plan::Isolation::Shared);
+    let working = t.is_some_and(|t| matches!(t.state, TaskState::Leased | TaskState::Implemented | TaskState::Gated));
     let of = match t.map(|t| (t.state, t.sha.clone())) {
         Some((TaskState::Committed, Some(sha))) => Of::Commit(sha),
         Some((TaskState::Committed, None)) | None => Of::None,
         Some((TaskState::Skipped, _)) => attempt().map_or(Of::None, Of::Attempt),
         Some(_) => match (d.worktree(run, task), t.and_then(|t| t.base.clone())) {
             (Some(path), Some(base)) => Of::Worktree { path, base },
+            (None, Some(base)) if shared && working && files.pointer.worktree.is_dir() => {
+                Of::Worktree { path: files.pointer.worktree.clone(), base }
+            }
             _ => attempt().map_or(Of::None, Of::Attempt),
         },
     };

@@ -693,3 +693,22 @@ fn a_feed_follows_a_batch_run_until_it_ends() {
     let (_, end) = until_end(&mut feed, T);
     assert_eq!(end["reason"], "run_over", "{end}");
 }
+
+/// With isolation: shared a working task works in the run's checkout: its diff is that checkout
+/// against the task's base (tracked edits and untracked files).
+#[test]
+fn a_working_shared_tasks_diff_is_the_checkout_against_its_base() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"shw","isolation":"shared","max_parallel":1,"tasks":[
+        {"id":"X","wave":1,"adapter":"claude","prompt":"x [fake-write:shared-wip.txt] [fake-write:README]"}]}"#;
+    let _sup = b.start_supervised(plan, "hang", &[]);
+    b.wait_state("X", "leased", T);
+    wait_for(T, || b.repo().join("shared-wip.txt").exists().then_some(())).expect("the agent wrote");
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let s = api.get(&format!("/runs/{run}/tasks/X/diff?stat=1")).json();
+    assert_eq!(s["of"], "worktree", "{s}");
+    let paths: Vec<&str> = s["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert!(paths.contains(&"shared-wip.txt") && paths.contains(&"README"), "{paths:?}");
+    assert!(!paths.iter().any(|p| p.starts_with("runstate")), "harness's own files are not the task's: {paths:?}");
+}
