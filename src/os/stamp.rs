@@ -71,6 +71,8 @@ pub fn run(log: &Path, cmd: &[OsString]) -> Result<i32, String> {
     // The copy runs beside the wait: a grandchild the engine left (a dev server, a watcher) may
     // hold the pipe open long after the engine exited, and must not hold the turn.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let copied = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let copied2 = copied.clone();
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 << 10];
         let mut broken = false;
@@ -91,6 +93,7 @@ pub fn run(log: &Path, cmd: &[OsString]) -> Result<i32, String> {
                 times = None;
             }
             next += complete;
+            copied2.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             if !broken && let Err(e) = out.write_all(chunk) {
                 // Keep draining (the engine must not block on a full pipe); the log says what it has.
                 eprintln!("harness stamp: cannot append to {log_name}: {e}");
@@ -100,9 +103,20 @@ pub fn run(log: &Path, cmd: &[OsString]) -> Result<i32, String> {
         let _ = done_tx.send(());
     });
     let status = child.wait().map_err(|e| format!("waiting for the engine: {e}"))?;
-    // What the engine wrote before it exited is in the pipe: read within a moment, then the stamper
-    // goes (a grandchild still writing gets EPIPE, as it would on a closed terminal).
-    let _ = done_rx.recv_timeout(std::time::Duration::from_millis(500));
+    // What the engine wrote before it exited is in the pipe: copied to its end (for as long as the
+    // copy makes progress), then the stamper goes once the pipe is quiet for 0.5 s (a grandchild
+    // still writing gets EPIPE, as it would on a closed terminal) — 10 s at most, for one that
+    // never stops.
+    let (mut seen, until) = (u64::MAX, std::time::Instant::now() + std::time::Duration::from_secs(10));
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        done_rx.recv_timeout(std::time::Duration::from_millis(500))
+    {
+        let now = copied.load(std::sync::atomic::Ordering::Relaxed);
+        if now == seen || std::time::Instant::now() >= until {
+            break;
+        }
+        seen = now;
+    }
     use std::os::unix::process::ExitStatusExt;
     Ok(status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1))
 }
