@@ -79,7 +79,7 @@ pub fn task_diff(d: &Durable, run: &RunId, task: &TaskId, stat: bool) -> Result<
     let (paths, patch, commits) = match &of {
         Of::Commit(sha) | Of::Attempt(sha) => {
             let paths = if stat {
-                file_changes(change::commit_files(&repo, sha).map_err(|e| git_failed("the task's commit", e))?)
+                d.commit_files(&repo, sha).map_err(|e| git_failed("the task's commit", e))?
             } else {
                 Vec::new()
             };
@@ -141,9 +141,7 @@ pub fn run_diff(d: &Durable, run: &RunId, stat: bool) -> Result<Response<Body>, 
     if stat {
         let mut paths = Vec::new();
         for sha in &commits {
-            paths.extend(file_changes(
-                change::commit_files(&repo, sha).map_err(|e| git_failed("a commit of the run", e))?,
-            ));
+            paths.extend(d.commit_files(&repo, sha).map_err(|e| git_failed("a commit of the run", e))?);
         }
         return Ok(answer(run, None, "run", commits, paths, None));
     }

@@ -57,27 +57,34 @@ impl Durable {
 
     /// A commit as a task view shows it; its subject and paths read from git once.
     pub fn commit_view(&self, repo: &Path, sha: &str, integrated: bool) -> views::CommitView {
-        let known = self.commits.lock().unwrap_or_else(|p| p.into_inner()).get(sha).cloned();
-        let read = known.or_else(|| {
-            let got = crate::os::change::subject(repo, sha)
-                .and_then(|s| Ok((s, crate::state::views::file_changes(crate::os::change::commit_files(repo, sha)?))));
-            match got {
-                Ok(v) => {
-                    let mut m = self.commits.lock().unwrap_or_else(|p| p.into_inner());
-                    if m.len() >= COMMITS_KEPT {
-                        m.clear();
-                    }
-                    m.insert(sha.to_string(), v.clone());
-                    Some(v)
-                }
-                Err(e) => {
-                    tracing::debug!(sha, error = %e, "cannot read a task's commit");
-                    None
-                }
-            }
-        });
-        let (subject, files) = read.map_or((None, None), |(s, f)| (Some(s), Some(f)));
+        let read =
+            self.commit_info(repo, sha).map_err(|e| tracing::debug!(sha, error = %e, "cannot read a task's commit"));
+        let (subject, files) = read.ok().map_or((None, None), |(s, f)| (Some(s), Some(f)));
         views::CommitView { sha: sha.to_string(), subject, integrated, files }
+    }
+
+    /// The paths commit `sha` changed (read from git once per sha, as for the views).
+    pub fn commit_files(&self, repo: &Path, sha: &str) -> Result<Vec<views::FileChange>, crate::os::git::GitError> {
+        self.commit_info(repo, sha).map(|(_, files)| files)
+    }
+
+    /// A commit's subject and paths, from the cache or git.
+    fn commit_info(
+        &self,
+        repo: &Path,
+        sha: &str,
+    ) -> Result<(String, Vec<views::FileChange>), crate::os::git::GitError> {
+        if let Some(v) = self.commits.lock().unwrap_or_else(|p| p.into_inner()).get(sha).cloned() {
+            return Ok(v);
+        }
+        let subject = crate::os::change::subject(repo, sha)?;
+        let v = (subject, crate::state::views::file_changes(crate::os::change::commit_files(repo, sha)?));
+        let mut m = self.commits.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= COMMITS_KEPT {
+            m.clear();
+        }
+        m.insert(sha.to_string(), v.clone());
+        Ok(v)
     }
 
     /// What `task` changed: its commit once committed, else its latest attempt's (`attempt`).
