@@ -493,8 +493,20 @@ async fn live_stream(
     let src = blocking(move || stream::source(&a, &r, &t)).await??;
     // As the design pins: the live stream needs the run's supervisor.
     let sock = api.durable.home.socket_path(&run);
+    // A batch run (`harness run` in the foreground) has no control socket: its supervising process
+    // is known by the liveness pid, as the views and the stream's end watch know it.
+    let liveness = src.pointer.liveness_path();
     let live = src.pointer.plane == crate::state::registry::Plane::Standalone
-        && tokio::task::spawn_blocking(move || crate::control::is_live(&sock)).await.unwrap_or(false);
+        && tokio::task::spawn_blocking(move || {
+            crate::control::is_live(&sock)
+                || crate::state::liveness::get(&liveness)
+                    .ok()
+                    .flatten()
+                    .and_then(|l| l.supervisor_pid)
+                    .is_some_and(crate::state::liveness::pid_alive)
+        })
+        .await
+        .unwrap_or(false);
     if !live {
         return Err(error_response(
             StatusCode::CONFLICT,

@@ -676,6 +676,9 @@ fn a_feed_follows_a_batch_run_until_it_ends() {
     let run = b.run_id();
     let mut feed = SseConn::open(api.port, &format!("/runs/{run}/tasks/H/feed"), &[]);
     assert_eq!(feed.status, 200);
+    let live = SseConn::open(api.port, &format!("/runs/{run}/tasks/H/stream"), &[]);
+    assert_eq!(live.status, 200, "a working batch run's live stream is served");
+    drop(live);
     feed.stream.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
     let t = std::time::Instant::now();
     while t.elapsed() < Duration::from_secs(5) {
