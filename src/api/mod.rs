@@ -495,15 +495,17 @@ async fn live_stream(
     let sock = api.durable.home.socket_path(&run);
     // A batch run (`harness run` in the foreground) has no control socket: its supervising process
     // is known by the liveness pid, as the views and the stream's end watch know it.
-    let liveness = src.pointer.liveness_path();
+    // (A run that is over is not live, whatever process is still winding down.)
+    let (liveness, journal) = (src.pointer.liveness_path(), src.pointer.journal_path());
     let live = src.pointer.plane == crate::state::registry::Plane::Standalone
         && tokio::task::spawn_blocking(move || {
             crate::control::is_live(&sock)
-                || crate::state::liveness::get(&liveness)
+                || (crate::state::liveness::get(&liveness)
                     .ok()
                     .flatten()
                     .and_then(|l| l.supervisor_pid)
                     .is_some_and(crate::state::liveness::pid_alive)
+                    && crate::state::journal::replay(&journal).is_ok_and(|v| !v.status.is_over()))
         })
         .await
         .unwrap_or(false);
