@@ -37,9 +37,13 @@ pub struct Unreachable {
     pub detail: String,
 }
 
+#[derive(Clone)]
 pub struct Client {
     pub endpoint: Endpoint,
     pub token: Option<String>,
+    /// The id of the home the CLI means (`Home::id`): an API that says it serves another
+    /// (`Harness-Home`) is not used. `None` with `--api` (that API, whatever it serves).
+    pub home: Option<String>,
 }
 
 /// One page of `GET …/events`: events/v1 JSON lines, and where the next page starts.
@@ -115,7 +119,15 @@ impl Client {
                 self.handshake(tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path)).await).await?
             }
         };
-        sender.send_request(req).await.map_err(|e| self.unreachable(&e))
+        let resp = sender.send_request(req).await.map_err(|e| self.unreachable(&e))?;
+        let served = resp.headers().get("harness-home").and_then(|v| v.to_str().ok());
+        match (&self.home, served) {
+            (Some(want), Some(got)) if want != got => Err(self.unreachable(&format!(
+                "it serves another harness home (id {got}; this one, $HARNESS_HOME, is {want}): start `harness api` for this home, or pass --api {} to use that one",
+                self.endpoint
+            ))),
+            _ => Ok(resp),
+        }
     }
 
     /// HTTP/1.1 over a connection just made (or the reason it was not).

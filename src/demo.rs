@@ -19,19 +19,23 @@ fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
     crate::os::git::run(dir, &all).map(|_| ()).map_err(|e| format!("{e} (the demo needs git)"))
 }
 
-/// The fixtures directory (fake engines): `$HARNESS_FIXTURES`, else the source tree's.
+/// The fixtures directory (fake engines and the captures they replay): `$HARNESS_FIXTURES`, else
+/// the package's `/usr/share/harness/fixtures` or a checkout's `fixtures/` (`wrapper::shared_dir`).
 fn fixtures() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("HARNESS_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"));
-    if dir.join("engines/fake-claude").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "the demo needs the fake engines in {}/engines: run it from a clone of the repository, or set HARNESS_FIXTURES",
-            dir.display()
-        ))
+    if let Some(d) = std::env::var_os("HARNESS_FIXTURES").filter(|d| !d.is_empty()) {
+        let d = PathBuf::from(d);
+        return if d.join("engines/fake-claude").is_file() {
+            Ok(d)
+        } else {
+            Err(format!("HARNESS_FIXTURES={} holds no engines/fake-claude", d.display()))
+        };
     }
+    crate::wrapper::shared_dir("fixtures", "engines/fake-claude").map_err(|tried| {
+        format!(
+            "the demo needs its fake engines (tried {}): install the package, run it from a clone of the repository, or set HARNESS_FIXTURES",
+            tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 /// How fast the fake engines replay their captures.
@@ -70,10 +74,28 @@ impl Pace {
     }
 }
 
-pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), String> {
-    if !listen.ip().is_loopback() {
-        return Err(format!("--listen {listen}: the demo only listens on loopback"));
+/// The demo's API: `--listen`, else 127.0.0.1:7878 when it is free, else any free port (the
+/// printed commands reach it through the demo home's `sock/api.sock` either way).
+fn bind(listen: Option<SocketAddr>) -> Result<std::net::TcpListener, String> {
+    if let Some(a) = listen {
+        if !a.ip().is_loopback() {
+            return Err(format!("--listen {a}: the demo only listens on loopback"));
+        }
+        return std::net::TcpListener::bind(a)
+            .map_err(|e| format!("cannot listen on {a}: {e} (pass --listen 127.0.0.1:0 for any free port)"));
     }
+    std::net::TcpListener::bind("127.0.0.1:7878")
+        .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))
+}
+
+/// The demo's plan: the bundled one, whose last task waits for the operator's steer — except at
+/// `--pace fast`, which runs straight to the end.
+fn plan_text(pace: Pace) -> String {
+    if pace == Pace::Fast { PLAN.replace("[fake-claude:hang]", "[fake-claude:success]") } else { PLAN.to_string() }
+}
+
+pub fn run(dir: Option<PathBuf>, listen: Option<SocketAddr>, pace: Pace) -> Result<(), String> {
     let fixtures = fixtures()?;
     let wrappers = crate::wrapper::wrappers_dir()?;
     let dir = match dir {
@@ -95,7 +117,7 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
         git(&repo, &["commit", "-q", "-m", "initial commit"])?;
     }
     let plan_path = dir.join("plan.json");
-    std::fs::write(&plan_path, PLAN).map_err(|e| e.to_string())?;
+    std::fs::write(&plan_path, plan_text(pace)).map_err(|e| e.to_string())?;
     let launch = crate::runner::Launch {
         plan_path: &plan_path,
         repo: Some(&repo),
@@ -118,103 +140,67 @@ pub fn run(dir: Option<PathBuf>, listen: SocketAddr, pace: Pace) -> Result<(), S
     ]);
     let args = ["--linger", "10m", "--kill-grace", "2s"].map(String::from);
     // Bind the API before starting the run, so a busy port fails before anything runs.
-    let std_listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| format!("cannot listen on {listen}: {e} (pass --listen 127.0.0.1:0 for any free port)"))?;
+    let std_listener = bind(listen)?;
     let addr = std_listener.local_addr().map_err(|e| e.to_string())?;
     crate::runner::start_detached(&home, &pointer, &args, &envs).map_err(|e| e.to_string())?;
-    let hx = |s: &str| format!("HARNESS_HOME={} HARNESS_API_ADDR={addr} harness {s}", home.root.display());
-    let say = crate::term::out;
-    say(&format!("harness demo: run {id}"));
-    say(&format!("  repo {}   (git log shows one commit per task)", repo.display()));
-    say(&format!("  API  http://{addr}   (Ctrl-C stops the run and the API)"));
-    say("");
-    say("In another terminal (from this checkout, `cargo run --` works in place of `harness`):");
-    say(&format!("  {}", hx("runs")));
-    say(&format!("  {}", hx(&format!("watch {id} greet"))));
-    say(&format!("  {}", hx(&format!("steer {id} docs \"mention the exit code\""))));
-    say(&format!("  {}", hx(&format!("kill {id} tests"))));
-    say(&format!("  {}", hx(&format!("pause {id}"))));
-    say(&format!("  curl -s http://{addr}/runs/{id}"));
-    say(&format!("  curl -sN http://{addr}/runs/{id}/tasks/greet/stream"));
-    say("");
-
+    banner(&home, &repo, &id, addr, pace);
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let narrator = tokio::spawn(narrate(pointer.journal_path()));
+        let narrator = crate::progress::Progress::of(&pointer.journal_path(), false).map(|p| tokio::spawn(p.follow()));
         let stop_run = async {
             crate::os::service::terminated().await;
-            say("harness demo: stopping the run and the API");
+            crate::term::out("harness demo: stopping the run and the API");
             stop(&home, &id).await;
         };
         let opts = crate::api::ServeOptions {
             cfg: crate::api::Config::default(),
             tcp: Vec::new(),
-            unix: None,
+            unix: Some(home.sock_dir().join("api.sock")),
             bound: vec![std_listener],
             grace: Duration::from_secs(3),
             reload_token: false,
         };
         let served = crate::api::serve(home.clone(), opts, Vec::new(), stop_run).await;
-        narrator.abort();
+        if let Some(n) = narrator {
+            n.abort();
+        }
         served.map_err(|e| e.to_string())?;
-        say(&format!("harness demo: done; its files stay in {}", dir.display()));
+        crate::term::out(&format!("harness demo: done; its files stay in {}", dir.display()));
         Ok(())
     })
 }
 
-/// Prints each journal record as it is appended: the run's story in the demo's terminal.
-async fn narrate(journal: PathBuf) {
-    let index = crate::os::tail::LineIndex::default();
-    let Ok(mut tail) = crate::os::tail::Tail::at_line(&index, &journal, 1) else { return };
-    loop {
-        if let Ok((lines, _)) = tail.read_available(1 << 16) {
-            for (_, line) in lines {
-                if let Ok(rec) = crate::state::journal::parse_line(&line) {
-                    crate::term::out(&narration(&rec));
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+/// What the demo prints first: where things are, and the commands to try — with the path of the
+/// binary that runs (a package's `/usr/bin/harness`, a checkout's `target/…/harness`).
+fn banner(home: &Home, repo: &Path, id: &RunId, addr: SocketAddr, pace: Pace) {
+    let exe = std::env::current_exe().map_or_else(|_| "harness".into(), |p| p.display().to_string());
+    let hx = |s: &str| format!("HARNESS_HOME={} {exe} {s}", home.root.display());
+    let say = crate::term::out;
+    say(&format!("harness demo: run {id}"));
+    say(&format!("  binary {exe}"));
+    say(&format!("  repo   {}   (git log shows one commit per task)", repo.display()));
+    say(&format!(
+        "  API    http://{addr} and {}/sock/api.sock   (Ctrl-C stops the run and the API)",
+        home.root.display()
+    ));
+    say("");
+    say("In another terminal:");
+    say(&format!("  {}", hx("top")));
+    say(&format!("  {}", hx(&format!("watch {id} greet"))));
+    say(&format!("  {}", hx(&format!("show {id} greet"))));
+    say(&format!("  {}", hx(&format!("steer {id} docs \"mention the exit code\""))));
+    say(&format!("  {}", hx(&format!("pause {id}"))));
+    say(&format!("  {}", hx(&format!("diff {id} greet"))));
+    if pace != Pace::Fast {
+        say("The last task, polish, waits for you (wave 4): steer it and it finishes the run,");
+        say(&format!("  {}", hx(&format!("steer {id} polish --interrupt \"say hello in French too\""))));
+        say(&format!("  or {}", hx(&format!("kill {id} polish"))));
     }
-}
-
-fn narration(rec: &crate::state::journal::Record) -> String {
-    use crate::state::journal::Body;
-    let t = rec.ts.get(11..19).unwrap_or(&rec.ts);
-    match &rec.body {
-        Body::Run(r) => {
-            format!("{t}  run {:?}{}", r.event, r.detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())
-                .to_lowercase()
-        }
-        Body::Task(k) => format!(
-            "{t}  {:<6} {}{}",
-            k.task.as_str(),
-            k.state,
-            k.detail.as_ref().map(|d| format!("  ({d})")).unwrap_or_default()
-        ),
-        Body::Control(c) => format!(
-            "{t}  {} {}{} by {} → {:?}",
-            c.verb.as_str(),
-            c.task.as_ref().map(|x| x.as_str()).unwrap_or("run"),
-            c.msg.as_ref().map(|m| format!(" \"{m}\"")).unwrap_or_default(),
-            c.by,
-            c.outcome
-        )
-        .to_lowercase(),
-        Body::Approval(a) => format!(
-            "{t}  {:<6} approval {} {}{}",
-            a.task.as_str(),
-            a.tool.as_deref().unwrap_or(""),
-            a.state.as_str(),
-            a.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
-        ),
-        Body::Attention(a) => format!(
-            "{t}  {:<6} {}{}",
-            a.task.as_str(),
-            a.attention,
-            a.detail.as_ref().map(|d| format!("  ({d})")).unwrap_or_default()
-        ),
-    }
+    say(&format!("  curl -sN http://{addr}/runs/{id}/tasks/greet/stream"));
+    say(
+        "Pace: `--pace fast` runs straight through; `--pace 2` takes 2 s per engine line (default: the captures' own timing).",
+    );
+    say("");
 }
 
 async fn stop(home: &Home, id: &RunId) {

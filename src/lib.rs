@@ -15,6 +15,7 @@ pub mod exit;
 pub mod ids;
 pub mod os;
 pub mod preflight;
+pub mod progress;
 pub mod render;
 pub mod rules;
 pub mod runner;

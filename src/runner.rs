@@ -248,8 +248,41 @@ fn numbered(at: &Place, base: &Slug, n: u32) -> Result<Slug, RunError> {
 }
 
 /// True when a systemd user manager answers and has the supervisor template unit.
-pub fn systemd_units_available() -> bool {
-    crate::os::install::systemctl_user_quiet(&["cat", "harness-supervisor@.service"])
+/// The systemd units that serve `home`: `Ok(prefix)` when the user manager has this home's
+/// supervisor template (`harness-supervisor@` for the default home — the package's or `harness
+/// install`'s — `harness-<home id>-supervisor@` for another, which `harness install` renders);
+/// `Err(why)` when it has none for this home (the caller supervises detached, saying why when
+/// units of another home exist), never a unit whose `HARNESS_HOME` is another home.
+pub fn systemd_units_for(home: &Home) -> Result<String, Option<String>> {
+    let prefix = crate::os::install::unit_prefix(home);
+    let cat = |unit: &str| {
+        std::process::Command::new("systemctl")
+            .args(["--user", "cat", unit])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let root = home.root.canonicalize().unwrap_or_else(|_| home.root.clone());
+    let serves = |text: &str| {
+        text.lines().any(|l| {
+            let v = l.trim().strip_prefix("Environment=HARNESS_HOME=").map(|v| v.trim_matches('"'));
+            v.is_some_and(|v| Path::new(v) == root || (prefix == "harness" && v == "%h/.harness"))
+        })
+    };
+    match cat(&format!("{prefix}-supervisor@.service")) {
+        Some(text) if serves(&text) => Ok(prefix),
+        Some(_) => Err(Some(format!(
+            "the systemd unit {prefix}-supervisor@.service serves another HARNESS_HOME; `harness install` renders units for {}",
+            home.root.display()
+        ))),
+        None if prefix != "harness" && cat("harness-supervisor@.service").is_some() => Err(Some(format!(
+            "the systemd units serve the default home, not {}; `harness install` renders units for it",
+            home.root.display()
+        ))),
+        None => Err(None),
+    }
 }
 
 /// Variables a supervisor started by systemd needs from the caller's environment (the engines'
@@ -277,23 +310,23 @@ fn engine_env() -> String {
 
 /// Starts the supervisor instance units of `run`, after writing its environment file
 /// (`$HARNESS_HOME/runs/<runId>.env`, mode 0600).
-pub fn start_with_systemd(home: &Home, run: &RunId) -> Result<String, RunError> {
+pub fn start_with_systemd(home: &Home, run: &RunId, prefix: &str) -> Result<String, RunError> {
     let env_path = home.runs_dir().join(format!("{run}.env"));
     home::write_atomic(&env_path, engine_env().as_bytes(), 0o600)
         .map_err(|e| RunError::Failed(format!("{}: {e}", env_path.display())))?;
     let out = std::process::Command::new("systemctl")
         .args(["--user", "start"])
-        .arg(format!("harness-supervisor@{run}.socket"))
-        .arg(format!("harness-supervisor@{run}.service"))
+        .arg(format!("{prefix}-supervisor@{run}.socket"))
+        .arg(format!("{prefix}-supervisor@{run}.service"))
         .output()
         .map_err(|e| RunError::Failed(format!("systemctl: {e}")))?;
     if !out.status.success() {
         return Err(RunError::Failed(format!(
-            "systemctl --user start harness-supervisor@{run}: {}",
+            "systemctl --user start {prefix}-supervisor@{run}: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(format!("systemd unit harness-supervisor@{run}.service"))
+    Ok(format!("systemd unit {prefix}-supervisor@{run}.service"))
 }
 
 /// Spawns `harness supervise <run>` detached (new session, stdin closed, output appended to

@@ -250,6 +250,61 @@ named!(
     Decision
 );
 
+/// The words a person reads for a state (`harness show`, `runs`, `top`, progress lines): mapped
+/// here once, so every front end says the same; the wire names (`as_str`) stay the contract.
+impl TaskState {
+    pub fn label(self) -> &'static str {
+        match self {
+            TaskState::Pending => "waiting",
+            TaskState::Leased => "running",
+            TaskState::Implemented => "waiting for gate",
+            TaskState::Gated => "gate passed",
+            TaskState::Reviewed => "committing",
+            TaskState::Committed => "done",
+            TaskState::Halted => "failed",
+            TaskState::Skipped => "skipped",
+            TaskState::Unknown => "unknown",
+        }
+    }
+}
+
+impl LiveState {
+    pub fn label(self) -> &'static str {
+        match self {
+            LiveState::Leased => "running",
+            LiveState::Implemented => "waiting for gate",
+            LiveState::Gating => "running gate",
+            LiveState::Gated => "waiting for review",
+            LiveState::Reviewing => "in review",
+            LiveState::Reviewed => "committing",
+            LiveState::Committed => "done",
+            LiveState::Halted => "failed",
+            LiveState::Skipped => "skipped",
+            LiveState::Unknown => "unknown",
+        }
+    }
+}
+
+impl RunStatus {
+    /// Finished, failed or stopped: nothing of it runs any more.
+    pub fn is_over(self) -> bool {
+        matches!(self, RunStatus::Finished | RunStatus::Failed | RunStatus::Stopped)
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "starting",
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Blocked => "blocked",
+            RunStatus::Finished => "done",
+            RunStatus::Failed => "failed",
+            RunStatus::Stopped => "stopped",
+            RunStatus::Unknown => "unknown",
+        }
+    }
+}
+
 /// What a task's (or a run's) turns used, summed over every turn that reported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Usage {

@@ -53,8 +53,37 @@ pub struct Turn<'a> {
     pub input: Option<&'a Path>,
 }
 
-/// The directory holding `na.sh`, `ca.sh`, `codex.sh`: `$HARNESS_WRAPPERS`, else
-/// `<exe dir>/../share/harness/wrappers` (installed), else the source tree's `wrappers/`.
+/// The wrapper scripts, embedded: what a binary with no package and no checkout beside it (`cargo
+/// install`) writes out once, under `$HARNESS_HOME/share/wrappers-<version>/`.
+const EMBEDDED: [(&str, &str, u32); 5] = [
+    ("_lib.sh", include_str!("../wrappers/_lib.sh"), 0o600),
+    ("na.sh", include_str!("../wrappers/na.sh"), 0o700),
+    ("ca.sh", include_str!("../wrappers/ca.sh"), 0o700),
+    ("codex.sh", include_str!("../wrappers/codex.sh"), 0o700),
+    ("_contract-probe.sh", include_str!("../wrappers/_contract-probe.sh"), 0o700),
+];
+
+/// Where this binary's shared files are, without a path baked in at build time: the package's
+/// `<exe dir>/../share/harness/<sub>`, else a checkout's `<sub>` (a directory above the binary that
+/// holds `Cargo.toml`, as `target/debug/harness` has). The first holding `marker` wins; `Err` lists
+/// every place tried.
+pub fn shared_dir(sub: &str, marker: &str) -> Result<PathBuf, Vec<PathBuf>> {
+    let mut tried = Vec::new();
+    let exe = std::env::current_exe().ok().and_then(|e| e.canonicalize().ok());
+    let Some(bin) = exe.as_deref().and_then(Path::parent) else { return Err(tried) };
+    let mut candidates = vec![bin.join("../share/harness").join(sub)];
+    candidates.extend(bin.ancestors().take(4).filter(|a| a.join("Cargo.toml").is_file()).map(|a| a.join(sub)));
+    for d in candidates {
+        if d.join(marker).is_file() {
+            return Ok(d);
+        }
+        tried.push(d);
+    }
+    Err(tried)
+}
+
+/// The directory holding `na.sh`, `ca.sh`, `codex.sh`: `$HARNESS_WRAPPERS`, else the package's or
+/// the checkout's (`shared_dir`), else the embedded copies written under `$HARNESS_HOME`.
 pub fn wrappers_dir() -> Result<PathBuf, String> {
     if let Some(d) = std::env::var_os("HARNESS_WRAPPERS").filter(|d| !d.is_empty()) {
         let d = PathBuf::from(d);
@@ -64,25 +93,37 @@ pub fn wrappers_dir() -> Result<PathBuf, String> {
             Err(format!("HARNESS_WRAPPERS={} holds no na.sh", d.display()))
         };
     }
-    let mut tried = Vec::new();
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(bin) = exe.parent()
-    {
-        let d = bin.join("../share/harness/wrappers");
-        if d.join("na.sh").is_file() {
-            return Ok(d);
-        }
-        tried.push(d);
+    let tried = match shared_dir("wrappers", "na.sh") {
+        Ok(d) => return Ok(d),
+        Err(t) => t,
+    };
+    embedded_wrappers().map_err(|e| {
+        format!(
+            "cannot find the wrapper scripts (tried {}) nor write them out ({e}); set HARNESS_WRAPPERS",
+            tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// The embedded wrappers, written (when not already there, in full) to
+/// `$HARNESS_HOME/share/wrappers-<version>/`, private to the user.
+fn embedded_wrappers() -> Result<PathBuf, String> {
+    let home = crate::os::home::Home::from_env().map_err(|e| e.to_string())?;
+    let share = home.root.join("share");
+    let dir = share.join(format!("wrappers-{}", env!("CARGO_PKG_VERSION")));
+    let up_to_date =
+        EMBEDDED.iter().all(|(name, text, _)| std::fs::read_to_string(dir.join(name)).is_ok_and(|t| t == *text));
+    if up_to_date {
+        return Ok(dir);
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("wrappers");
-    if src.join("na.sh").is_file() {
-        return Ok(src);
+    for d in [&home.root, &share, &dir] {
+        crate::os::home::private_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    tried.push(src);
-    Err(format!(
-        "cannot find the wrapper scripts (tried {}); set HARNESS_WRAPPERS",
-        tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-    ))
+    for (name, text, mode) in EMBEDDED {
+        let p = dir.join(name);
+        crate::os::home::write_atomic(&p, text.as_bytes(), mode).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(dir)
 }
 
 /// The command for one turn: `<dir>/<wrapper> --prompt-file … --cwd … --log … --timeout …`, stdin
@@ -113,7 +154,7 @@ pub fn command(dir: &Path, t: &Turn) -> tokio::process::Command {
     if let Ok(me) = std::env::current_exe() {
         c.env("HARNESS_STAMP", me);
     }
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0).kill_on_drop(false);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(false);
     c
 }
 

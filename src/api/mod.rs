@@ -83,11 +83,14 @@ pub struct Api {
     pub token: std::sync::RwLock<Option<String>>,
     /// This process's uid: a peer of the same uid needs no token.
     pub owner_uid: u32,
+    /// `Harness-Home` on every answer: the id of the home this API serves (`Home::id`).
+    pub home_id: HeaderValue,
 }
 
 impl Api {
     pub fn new(home: crate::os::home::Home, cfg: Config, shutdown: watch::Receiver<bool>) -> Api {
         let cfg_token = cfg.token.clone();
+        let home_id = HeaderValue::from_str(&home.id()).unwrap_or(HeaderValue::from_static("unknown"));
         Api {
             durable: Durable::new(home),
             cfg,
@@ -98,6 +101,7 @@ impl Api {
             streams: Default::default(),
             token: std::sync::RwLock::new(cfg_token),
             owner_uid: crate::os::peer::own_uid(),
+            home_id,
         }
     }
 }
@@ -243,7 +247,9 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
         Ok(o) => o,
         Err(detail) => return Ok(edge_refusal(&conn, &req, StatusCode::FORBIDDEN, detail)),
     };
+    let home_id = api.home_id.clone();
     let mut resp = respond(api, conn, req, &origin).await;
+    resp.headers_mut().insert("harness-home", home_id);
     if let guard::OriginOk::Cors(o) = &origin
         && let Ok(v) = HeaderValue::from_str(o)
     {
@@ -258,7 +264,7 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
 /// Every `Harness-*` response header, exposed to a page of an allowed origin (a browser hides the
 /// rest from its script): the paging headers of `GET /runs` and the clamp of `/events`, and what a
 /// diff is of and whether it was cut.
-pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit, Harness-Diff-Of, Harness-Commits, Harness-Truncated, Harness-Watch-Cursor";
+pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harness-Limit, Harness-Diff-Of, Harness-Commits, Harness-Truncated, Harness-Watch-Cursor, Harness-Home";
 
 /// A refusal before any run is looked at. Those of a verb (any method but GET) are logged with the
 /// peer's uid: they cannot be tied to a run's journal (`audit::edge`).

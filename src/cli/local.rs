@@ -197,7 +197,7 @@ pub(super) fn prune(finished_before: Option<&str>, logs_only: bool, dry_run: boo
     Ok(())
 }
 
-pub(super) fn clean(run: &str, force: bool) -> Result<(), CliError> {
+pub(super) fn clean(run: &str, force: bool, json: bool) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;
     let sock = home.socket_path(&p.run_id);
@@ -214,6 +214,12 @@ pub(super) fn clean(run: &str, force: bool) -> Result<(), CliError> {
     };
     let cleaned = crate::os::worktree::clean_run(&home, &p.worktree, &p.run_id, &committed, force)
         .map_err(during(format!("removing run {}'s worktrees", p.run_id)))?;
+    if json {
+        let kept: Vec<_> =
+            cleaned.kept.iter().map(|(what, why)| serde_json::json!({"what": what, "why": why})).collect();
+        print_json(&serde_json::json!({"runId": p.run_id.as_str(), "removed": cleaned.removed, "kept": kept}));
+        return Ok(());
+    }
     if cleaned.removed.is_empty() && cleaned.kept.is_empty() {
         out(&format!("run {}: no task worktree or task branch to remove", p.run_id));
     }
@@ -226,10 +232,13 @@ pub(super) fn clean(run: &str, force: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(super) fn token(url: bool) -> Result<(), CliError> {
+pub(super) fn token(url: bool, json: bool) -> Result<(), CliError> {
     let home = home()?;
     let t = crate::config::ensure_api_token(&home).map_err(|e| CliError::Failed(e.to_string()))?;
-    if url {
+    if json {
+        let addr = crate::config::api_addr().map_err(usage)?;
+        print_json(&serde_json::json!({"token": t, "url": format!("http://{addr}/runs?token={t}")}));
+    } else if url {
         let addr = crate::config::api_addr().map_err(usage)?;
         out(&format!("http://{addr}/runs?token={t}"));
     } else {
@@ -238,8 +247,14 @@ pub(super) fn token(url: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(super) fn plan_check(plan: &Path) -> Result<(), CliError> {
+pub(super) fn plan_check(plan: &Path, json: bool) -> Result<(), CliError> {
     let p = Plan::load(plan).map_err(usage)?;
+    if json {
+        let j =
+            serde_json::json!({"ok": true, "slug": p.slug.as_str(), "tasks": p.tasks.len(), "waves": p.waves().len()});
+        print_json(&j);
+        return Ok(());
+    }
     out(&format!("ok: plan {} with {} tasks in {} waves", p.slug, p.tasks.len(), p.waves().len()));
     Ok(())
 }
@@ -273,7 +288,7 @@ pub(super) fn plist(which: &str, bin: Option<PathBuf>) -> Result<(), CliError> {
 }
 
 pub(super) fn uninstall(unit_dir: Option<&Path>) -> Result<(), CliError> {
-    out(&crate::os::install::uninstall(unit_dir).map_err(CliError::Failed)?);
+    out(&crate::os::install::uninstall(&home()?, unit_dir).map_err(CliError::Failed)?);
     Ok(())
 }
 

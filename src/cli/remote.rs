@@ -3,12 +3,13 @@
 //! views of the API's JSON.
 
 use super::error::{CliError, during, usage};
+use super::fmt;
 use super::local::{home, pointer};
 use crate::client::Client;
 use crate::control::{self, Act, Reply, Request};
-use crate::ids::TaskId;
+use crate::ids::{RunId, TaskId};
 use crate::term::{out, out_raw, print_json};
-use crate::views::{self, Answer, Approvals, RunDetail, RunRow, RunStatus, TaskState, Usage};
+use crate::views::{self, Answer, Approvals, RunDetail, RunRow, RunStatus, TaskDetail, TaskState};
 use serde::Deserialize;
 
 fn client_rt() -> Result<tokio::runtime::Runtime, CliError> {
@@ -35,10 +36,7 @@ fn branch(b: &Option<String>) -> String {
     b.as_ref().map(|b| format!(" ({b})")).unwrap_or_default()
 }
 
-/// A usage's cost as the tables show it.
-pub(super) fn money(u: Option<&Usage>) -> String {
-    u.and_then(|u| u.cost_usd).map_or("-".to_string(), |c| format!("${c:.2}"))
-}
+pub(super) use super::fmt::money;
 
 /// A run's wave of its waves (empty while no wave is known).
 pub(super) fn wave_of(r: &views::RunSummary<impl Sized>) -> String {
@@ -88,19 +86,24 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
         return Ok(());
     }
     let rows: Vec<RunRow> = typed(v, "GET /runs")?;
-    out(&format!("{:<40} {:<9} {:>5} {:>9} {:<5} {}", "RUN", "STATUS", "WAVE", "DONE", "LIVE", "PROJECT/BRANCH"));
+    let width = rows.iter().map(|r| r.run.run_id.as_str().len()).max().unwrap_or(3).max(3);
+    out(&format!(
+        "{:<width$}  {:<8}  {:>5}  {:>7}  {:>9}  {:>11}  {:<5}  {}",
+        "RUN", "STATUS", "WAVE", "DONE", "COST", "ACTIVE", "LIVE", "PROJECT/BRANCH"
+    ));
     let mut gone = Vec::new();
     for RunRow { run: r, live, supervisor } in rows {
         if supervisor == views::Supervisor::Gone {
             gone.push(r.run_id.clone());
         }
-        let status = r.status.as_str();
-        out(&format!(
-            "{:<40} {:<9} {:>5} {:>9} {:<5} {}{}",
+        let line = format!(
+            "{:<width$}  {:<8}  {:>5}  {:>7}  {:>9}  {:>11}  {:<5}  {}{}",
             r.run_id.as_str(),
-            status,
+            r.status.label(),
             wave_of(&r),
             done_of(&r),
+            money(Some(&r.usage)),
+            fmt::ago(r.updated.as_deref().or(Some(r.created.as_str()))),
             match (live, supervisor) {
                 (true, _) => "yes",
                 (false, views::Supervisor::Gone) => "GONE",
@@ -108,7 +111,8 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
             },
             r.project,
             branch(&r.branch),
-        ));
+        );
+        out(line.trim_end());
     }
     // Hints go to stderr: stdout stays one line per run.
     for id in gone {
@@ -117,6 +121,7 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
     Ok(())
 }
 
+/// `harness show RUN`: the run's status, times and cost, then each wave's tasks in a person's words.
 pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     let id = super::runref::resolve(run)?;
     let (status, body) = client_rt()?.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
@@ -128,16 +133,22 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
     let live = match d.supervisor {
         _ if d.live => "supervised, live".to_string(),
-        views::Supervisor::Gone => format!("supervisor gone: `harness supervise {id}` recovers it"),
+        views::Supervisor::Gone => format!("supervisor gone: `harness debug supervise {id}` recovers it"),
         _ => "not live".to_string(),
     };
-    out(&format!("run {id} · {} · {}{} · {live}", d.run.status, d.run.repo_root.display(), branch(&d.run.branch)));
+    out(&format!(
+        "run {id} · {} · {}{} · {live}",
+        d.run.status.label(),
+        d.run.repo_root.display(),
+        branch(&d.run.branch)
+    ));
+    out(&format!("  {} tasks done · cost {} · {}", done_of(&d.run), money(Some(&d.run.usage)), run_times(&d.run)));
     for b in &d.run.blocked_by {
         let fails = d.run.fails_at.as_deref().map(|t| format!(" (the run fails at {t})")).unwrap_or_default();
         out(&format!(
             "  blocked by {} ({}): {}{fails} — `harness retry {id} {}`, `harness skip {id} {} --reason …` or a steer unblocks it",
             b.task.as_str(),
-            b.state.as_str(),
+            b.state.label(),
             b.detail.as_deref().unwrap_or(""),
             b.task.as_str(),
             b.task.as_str()
@@ -146,13 +157,17 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     for w in d.plan.waves {
         out(&format!("wave {}", w.wave));
         for t in w.tasks {
-            out(&format!(
-                "  {:<16} {:<7} {:<11} {}",
+            let took = t.facts.updated.as_deref().map(|u| fmt::ago(Some(u))).unwrap_or_default();
+            let line = format!(
+                "  {:<16} {:<7} {:<16} {:>9}  {:>11}  {}",
                 t.id.as_str(),
                 t.adapter.as_str(),
-                t.facts.state.as_str(),
+                t.facts.state.label(),
+                money(t.usage.as_ref()),
+                took,
                 t.facts.detail.as_deref().unwrap_or("")
-            ));
+            );
+            out(line.trim_end());
             if let Some(w) = &t.facts.worktree {
                 let kept = !d.live && t.facts.state != TaskState::Committed;
                 let why = if kept {
@@ -164,7 +179,116 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
             }
         }
     }
+    out(&format!("  one task: harness show {id} TASK"));
     Ok(())
+}
+
+/// When a run started and how long it ran (or has run so far).
+fn run_times(r: &views::RunSummary<impl Sized>) -> String {
+    match (&r.started_at, &r.finished_at) {
+        (Some(s), Some(f)) => format!("started {}, ran {}", fmt::ago(Some(s)), fmt::between(s, Some(f))),
+        (Some(s), None) => format!("started {}, running for {}", fmt::ago(Some(s)), fmt::between(s, None)),
+        _ => format!("created {}", fmt::ago(Some(&r.created))),
+    }
+}
+
+/// `harness show RUN TASK`: one task — its attempts with times, session, process, cost, commit and
+/// files, last error, steers and approvals.
+pub(super) fn show_task(c: &Client, run: &str, task: &str, json: bool) -> Result<(), CliError> {
+    let id = super::runref::resolve(run)?;
+    let task = TaskId::parse(task).map_err(usage)?;
+    let rt = client_rt()?;
+    let (status, body) = rt.block_on(c.call("GET", &format!("/runs/{id}/tasks/{task}"), None))?;
+    let v = api_answer(status, &body)?;
+    let (s, b) = rt.block_on(c.call("GET", &format!("/runs/{id}/approvals"), None))?;
+    let approvals: Approvals = typed(api_answer(s, &b)?, &format!("GET /runs/{id}/approvals"))?;
+    let approvals: Vec<views::ApprovalView> = approvals.approvals.into_iter().filter(|a| a.task == task).collect();
+    if json {
+        print_json(&serde_json::json!({"task": v, "approvals": approvals}));
+        return Ok(());
+    }
+    let d: TaskDetail = typed(v, &format!("GET /runs/{id}/tasks/{task}"))?;
+    for line in task_lines(&id, &d, &approvals) {
+        out(line.trim_end());
+    }
+    Ok(())
+}
+
+/// The lines of `show_task` (a pure rendering of the task's view and its approvals).
+fn task_lines(id: &crate::ids::RunId, d: &TaskDetail, approvals: &[views::ApprovalView]) -> Vec<String> {
+    let adapter = d.binding.as_ref().and_then(|b| b["adapter"].as_str()).unwrap_or("?");
+    let state = d.live.as_ref().filter(|l| l.alive).map_or(d.facts.state.label(), |l| l.state.label());
+    let mut l = vec![format!("task {} of run {id} · {state} · {adapter}", d.task.as_str())];
+    let row = |l: &mut Vec<String>, k: &str, v: String| l.push(format!("  {k:<10} {v}"));
+    if let Some(s) = &d.facts.session_id {
+        row(&mut l, "session", s.clone());
+    }
+    if let Some(p) = d.live.as_ref().filter(|p| p.alive) {
+        let runtime = p.runtime_s.map(fmt::span_s).unwrap_or_else(|| "-".into());
+        let idle = p.idle_s.map(fmt::span_s).unwrap_or_else(|| "-".into());
+        row(&mut l, "process", format!("pid {}, running for {runtime}, idle {idle}", p.pid));
+    }
+    if let Some(u) = &d.usage {
+        let tokens = match (u.input_tokens, u.output_tokens) {
+            (Some(i), Some(o)) => format!(" ({i} tokens in, {o} out, {} turns)", u.turns),
+            _ => format!(" ({} turns)", u.turns),
+        };
+        row(&mut l, "cost", format!("{}{tokens}", money(Some(u))));
+    }
+    if let Some(cv) = &d.facts.commit {
+        let sha: String = cv.sha.chars().take(10).collect();
+        let how = if cv.integrated { "integrated" } else { "an attempt, not integrated" };
+        row(&mut l, "commit", format!("{sha} {} ({how})", cv.subject.as_deref().unwrap_or("")));
+        for f in cv.files.iter().flatten() {
+            let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+            l.push(format!("  {:<10}   {:<9} {} (+{} -{})", "", f.status.as_str(), f.path, n(f.added), n(f.removed)));
+        }
+    } else if d.facts.no_changes {
+        row(&mut l, "commit", "none: the task changed nothing".into());
+    }
+    if d.facts.state == TaskState::Halted {
+        let rc = d.facts.rc.map(|r| format!(" (exit {r})")).unwrap_or_default();
+        row(&mut l, "error", format!("{}{rc}", d.facts.detail.as_deref().unwrap_or("halted")));
+        l.push(format!(
+            "  {:<10} harness retry {id} {t} · harness skip {id} {t} --reason …",
+            "next",
+            t = d.task.as_str()
+        ));
+    }
+    if !d.history.is_empty() {
+        l.push("  attempts".into());
+    }
+    for a in &d.history {
+        let rc = a.rc.map(|r| format!(" rc {r}")).unwrap_or_default();
+        let why = a.reason.as_deref().map(|r| format!("  {r}")).unwrap_or_default();
+        let took = fmt::between(&a.started_at, a.ended_at.as_deref());
+        l.push(format!("    {:>2}  {}  {took:>7}  {}{rc}{why}", a.n, fmt::clock(&a.started_at), a.state.label()));
+    }
+    if !d.steers.is_empty() {
+        l.push("  steers".into());
+    }
+    for s in &d.steers {
+        let msg: String = s.msg.as_deref().unwrap_or("").chars().take(80).collect();
+        l.push(format!("    {}  by {:<6} {:<9} {msg:?}", fmt::clock(&s.ts), s.by, s.state.as_str()));
+    }
+    if !approvals.is_empty() {
+        l.push("  approvals".into());
+    }
+    for a in approvals {
+        let by = a.by.as_deref().map(|b| format!(" by {b}")).unwrap_or_default();
+        l.push(format!(
+            "    {}  {} {:<8}{by}  {}",
+            fmt::clock(&a.ts),
+            a.id,
+            a.state.as_str(),
+            a.tool.as_deref().unwrap_or("?")
+        ));
+    }
+    let log =
+        if d.log_exists { d.logfile.display().to_string() } else { format!("{} (none yet)", d.logfile.display()) };
+    row(&mut l, "log", log);
+    row(&mut l, "events", format!("harness watch {id} {}", d.task.as_str()));
+    l
 }
 
 /// How `watch` prints and when it stops.
@@ -314,10 +438,21 @@ fn page(text: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-fn post(c: &Client, path: &str, body: &impl serde::Serialize) -> Result<(), CliError> {
+/// A verb through the API: its answer's detail for a person (the API's JSON with `json`); a 409
+/// because the run is not live is said in a person's words (`not_live`).
+fn post(c: &Client, run: &RunId, path: &str, body: &impl serde::Serialize, json: bool) -> Result<(), CliError> {
     let body = serde_json::to_value(body).expect("a request body serializes");
-    let (status, bytes) = client_rt()?.block_on(c.call("POST", path, Some(&body)))?;
-    let v = api_answer(status, &bytes)?;
+    let rt = client_rt()?;
+    let (status, bytes) = rt.block_on(c.call("POST", path, Some(&body)))?;
+    let v = match api_answer(status, &bytes) {
+        Ok(v) => v,
+        Err(e) if status == 409 && e.to_string().contains(NOT_LIVE) => return Err(not_live(c, &rt, run, path)),
+        Err(e) => return Err(e),
+    };
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
     match serde_json::from_value::<Answer>(v.clone()).ok().and_then(|a| a.detail) {
         Some(d) => out(&d),
         None => out(&v.to_string()),
@@ -325,38 +460,73 @@ fn post(c: &Client, path: &str, body: &impl serde::Serialize) -> Result<(), CliE
     Ok(())
 }
 
-/// `steer` and `kill`: a POST to the task's verb route.
+/// A run that is over, as a sentence's verb.
+fn over_word(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Finished => "finished",
+        RunStatus::Failed => "failed",
+        _ => "was stopped",
+    }
+}
+
+/// The pinned prefix of the API's 409 for a run no supervisor serves.
+const NOT_LIVE: &str = "run not supervised / not live";
+
+/// Why a verb found no live run, as a person says it: `run … finished 2m 10s ago; its events: …`.
+fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -> CliError {
+    let task = path.split("/tasks/").nth(1).and_then(|t| t.split('/').next()).unwrap_or("TASK");
+    let events = format!("its events: harness watch {run} {task}");
+    let d = rt
+        .block_on(c.call("GET", &format!("/runs/{run}"), None))
+        .ok()
+        .and_then(|(s, b)| api_answer(s, &b).ok())
+        .and_then(|v| serde_json::from_value::<RunDetail>(v).ok());
+    let Some(d) = d else { return CliError::Failed(format!("run {run} is not live; {events}")) };
+    let when = d.run.finished_at.as_deref().or(d.run.updated.as_deref());
+    let msg = match d.run.status {
+        s if s.is_over() => format!("run {run} {} {}; {events}", over_word(s), fmt::ago(when)),
+        _ if d.supervisor == views::Supervisor::Gone => format!(
+            "run {run} is {} but its supervisor is gone (last seen {}): `harness debug supervise {run}` recovers it, `harness stop {run}` ends it",
+            d.run.status.label(),
+            fmt::ago(when)
+        ),
+        _ => format!("run {run} has no supervisor ({}): it was started without one; {events}", d.run.status.label()),
+    };
+    CliError::Failed(msg)
+}
+/// A task's verb (`steer`, `kill`, `retry`…): a POST to its route.
 pub(super) fn task_verb(
     c: &Client,
     run: &str,
     task: &str,
     verb: &str,
     body: &impl serde::Serialize,
+    json: bool,
 ) -> Result<(), CliError> {
     let run = super::runref::resolve(run)?;
     let task = TaskId::parse(task).map_err(usage)?;
-    post(c, &format!("/runs/{run}/tasks/{task}/{verb}"), body)
+    post(c, &run, &format!("/runs/{run}/tasks/{task}/{verb}"), body, json)
 }
 
 /// `pause` and `resume`: a POST to the run's verb route.
-pub(super) fn run_verb(c: &Client, run: &str, verb: &str) -> Result<(), CliError> {
+pub(super) fn run_verb(c: &Client, run: &str, verb: &str, json: bool) -> Result<(), CliError> {
     let run = super::runref::resolve(run)?;
-    post(c, &format!("/runs/{run}/{verb}"), &super::cli_by())
+    post(c, &run, &format!("/runs/{run}/{verb}"), &super::cli_by(), json)
 }
 
 /// `harness budget`: POST /runs/:runId/budget.
-pub(super) fn budget(c: &Client, run: &str, usd: f64, task: Option<String>) -> Result<(), CliError> {
+pub(super) fn budget(c: &Client, run: &str, usd: f64, task: Option<String>, json: bool) -> Result<(), CliError> {
     let run = super::runref::resolve(run)?;
     if !(usd.is_finite() && usd > 0.0) {
         return Err(usage(format!("the budget must be a positive number of US dollars, got {usd}")));
     }
     let task = task.map(|t| TaskId::parse(&t)).transpose().map_err(usage)?;
-    post(c, &format!("/runs/{run}/budget"), &views::BudgetBody { usd, task, by: "cli".into() })
+    post(c, &run, &format!("/runs/{run}/budget"), &views::BudgetBody { usd, task, by: "cli".into() }, json)
 }
 
 /// The verbs the CLI sends straight to the supervisor's socket.
 /// Sends `act` (a verb without a task: stop, status, end) to the run's supervisor socket.
-pub(super) fn control_verb(run: &str, act: Act) -> Result<(), CliError> {
+pub(super) fn control_verb(run: &str, act: Act, json: bool) -> Result<(), CliError> {
     let home = home()?;
     let p = pointer(&home, run)?;
     let sock = home.socket_path(&p.run_id);
@@ -382,11 +552,64 @@ pub(super) fn control_verb(run: &str, act: Act) -> Result<(), CliError> {
     let req = Request::new(act, Some("cli".to_string()));
     let reply = client_rt()?
         .block_on(control::request(&sock, &req, crate::timeouts::CLI_CONTROL_ANSWER))
-        .map_err(|e| CliError::Failed(format!("run {} is not live ({e})", p.run_id)))?;
-    print_json(&reply);
+        .map_err(|_| CliError::Failed(not_live_here(&p)))?;
+    if json {
+        print_json(&reply);
+    } else {
+        reply_lines(&reply).iter().for_each(|l| out(l));
+    }
     match reply {
         Reply::Done(_) => Ok(()),
         Reply::Refused(r) => Err(CliError::Failed(format!("{} refused by run {}: {}", req.verb(), p.run_id, r.detail))),
+    }
+}
+
+/// A supervisor's answer for a person: a status as lines, any other answer as its detail.
+fn reply_lines(reply: &Reply) -> Vec<String> {
+    match reply {
+        Reply::Done(control::Answer::Status { paused, pending_steers, run, status, tasks, .. }) => {
+            let paused = if *paused { " (paused)" } else { "" };
+            let mut l = vec![format!("run {run}: {}{paused}, {pending_steers} steer(s) queued", views_status(*status))];
+            for (id, t) in tasks {
+                let pid = t.pgid.map(|p| format!("  pid {p}")).unwrap_or_default();
+                let session = t.session_id.as_deref().map(|s| format!("  session {s}")).unwrap_or_default();
+                let state = match t.state {
+                    control::Shown::Pending => "waiting",
+                    control::Shown::State(s) => views::TaskState::from(s).label(),
+                };
+                let running = if t.running { " (turn running)" } else { "" };
+                l.push(format!("  {:<16} {state}{running}{pid}{session}", id.as_str()));
+            }
+            l
+        }
+        other => {
+            let v = serde_json::to_value(other).unwrap_or_default();
+            vec![v["detail"].as_str().map_or_else(|| v.to_string(), str::to_string)]
+        }
+    }
+}
+
+/// A journal status in a person's words.
+fn views_status(s: crate::state::journal::RunStatus) -> &'static str {
+    views::RunStatus::from(s).label()
+}
+
+/// A control verb that found no supervisor, in a person's words (from the run's journal).
+fn not_live_here(p: &crate::state::registry::Pointer) -> String {
+    let view = crate::state::journal::Journal::open(&p.journal_path()).and_then(|j| j.view());
+    match view {
+        Ok(v) if v.status.is_over() => {
+            format!(
+                "run {} is over ({}); its events: harness watch {} TASK",
+                p.run_id,
+                views_status(v.status),
+                p.run_id
+            )
+        }
+        _ => format!(
+            "run {} has no live supervisor: `harness debug supervise {}` recovers it, `harness show {}` shows it",
+            p.run_id, p.run_id, p.run_id
+        ),
     }
 }
 
@@ -427,25 +650,50 @@ pub(super) fn decide(
     id: &str,
     allow: bool,
     message: Option<String>,
+    json: bool,
 ) -> Result<(), CliError> {
     let run = super::runref::resolve(run)?;
     let task = TaskId::parse(task).map_err(usage)?;
     let decision = if allow { views::Decision::Allow } else { views::Decision::Deny };
     let body = views::DecideBody { decision, message, by: "cli".into() };
-    post(c, &format!("/runs/{run}/tasks/{task}/approvals/{id}"), &body)
+    post(c, &run, &format!("/runs/{run}/tasks/{task}/approvals/{id}"), &body, json)
+}
+
+/// `harness top --once --json`: the frame's typed views — each run's row, and the run's detail
+/// where the text frame lists its tasks (live, paused and blocked runs).
+fn top_once_json(c: &Client, rt: &tokio::runtime::Runtime, runs: Vec<RunRow>, active: bool) -> Result<(), CliError> {
+    let mut frame = Vec::new();
+    for row in runs {
+        if active && row.run.status.is_over() {
+            continue;
+        }
+        let id = row.run.run_id.clone();
+        let detail = if matches!(row.run.status, RunStatus::Running | RunStatus::Paused | RunStatus::Blocked) {
+            let (s, b) = rt.block_on(c.call("GET", &format!("/runs/{id}"), None))?;
+            Some(api_answer(s, &b)?)
+        } else {
+            None
+        };
+        frame.push(serde_json::json!({"row": row, "detail": detail}));
+    }
+    print_json(&frame);
+    Ok(())
 }
 
 /// `harness top --once`: one frame — runs, then each live or paused run's tasks.
-pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
+pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliError> {
     let rt = client_rt()?;
     let runs: Vec<RunRow> = typed(serde_json::Value::Array(runs_matching(c, "", None)?), "GET /runs")?;
+    if json {
+        return top_once_json(c, &rt, runs, active);
+    }
     let mut lines = vec![format!(
         "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
         "RUN", "STATUS", "WAVE", "DONE", "COST", "PAUSED", "ATTENTION"
     )];
     let mut shown = 0;
     for RunRow { run: r, supervisor, .. } in &runs {
-        if active && matches!(r.status, RunStatus::Finished | RunStatus::Failed | RunStatus::Stopped) {
+        if active && r.status.is_over() {
             continue;
         }
         shown += 1;
@@ -470,7 +718,7 @@ pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
         lines.push(format!(
             "{:<40} {:<8} {:>5} {:>7} {:>9} {:<10} {}",
             id.as_str(),
-            r.status.as_str(),
+            r.status.label(),
             wave_of(r),
             done_of(r),
             money(Some(&r.usage)),
@@ -484,7 +732,7 @@ pub(super) fn top_once(c: &Client, active: bool) -> Result<(), CliError> {
                     "  {:<14} w{:<3} {:<11} {:>9}  {}",
                     t.id.as_str(),
                     w.wave,
-                    t.facts.state.as_str(),
+                    t.facts.state.label(),
                     money(t.usage.as_ref()),
                     t.facts.detail.as_deref().unwrap_or("").chars().take(60).collect::<String>()
                 ));

@@ -81,7 +81,7 @@ pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
     let opts = crate::api::ServeOptions {
         cfg,
         tcp: f.listen,
-        unix: f.unix,
+        unix: f.unix.or_else(|| own_socket(&home)),
         bound: Vec::new(),
         grace: crate::timeouts::API_SHUTDOWN_GRACE,
         reload_token: true,
@@ -91,6 +91,19 @@ pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
         .map_err(|e| CliError::Failed(e.to_string()))
 }
 
+/// `harness api`'s Unix socket when none is named: `$HARNESS_HOME/sock/api.sock`, so the CLI of
+/// this home reaches this API and no other — unless another API of the home answers there already
+/// (it keeps it; this one serves TCP only).
+fn own_socket(home: &Home) -> Option<PathBuf> {
+    let path = home.sock_dir().join("api.sock");
+    if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+        eprintln!("harness: {} is served by another API of this home; serving TCP only", path.display());
+        return None;
+    }
+    crate::os::home::private_dir(&home.sock_dir()).ok()?;
+    Some(path)
+}
+
 /// How `harness run` runs the plan.
 pub(super) struct How {
     pub supervised: bool,
@@ -98,11 +111,17 @@ pub(super) struct How {
     pub register_only: bool,
     /// `--slug`.
     pub slug: Option<String>,
+    /// `--json`: progress as the journal's own lines.
+    pub json: bool,
 }
 
-fn print_started(id: &RunId, plan: &crate::state::plan::Plan, how: &str) {
+fn print_started(id: &RunId, plan: &crate::state::plan::Plan, how: &str, json: bool) {
+    if json {
+        crate::term::print_json(&serde_json::json!({"runId": id.as_str(), "started": how}));
+        return;
+    }
     out(&format!("run {id} started ({how})"));
-    out(&format!("  status:  curl -s 127.0.0.1:7878/runs/{id}    (with `harness api` running)"));
+    out(&format!("  show:    harness show {id}      (through `harness api`, or its user service)"));
     if let Some(t) = plan.tasks.first() {
         out(&format!("  watch:   harness watch {id} {}", t.id));
         out(&format!("  steer:   harness steer {id} {} \"message\"", t.id));
@@ -170,38 +189,45 @@ pub(super) fn run_plan(
         crate::runner::RunError::Failed(d) => CliError::Failed(d),
     })?;
     let id = p.run_id.clone();
+    let json = how.json;
     if how.register_only {
         out(&id.to_string());
         return Ok(());
     }
     if !how.supervised {
-        out(&format!("run {id} started (batch, foreground)"));
+        if !how.json {
+            out(&format!("run {id} started (batch, in this terminal; Ctrl-C stops it)"));
+        }
         let mut opts = tuning.options();
         opts.batch = true;
         opts.stop_on_signal = true;
-        return finish_supervise(&id, home, opts);
+        return finish_supervise(&id, home, opts, crate::progress::Progress::of(&p.journal_path(), how.json));
     }
     if how.foreground {
-        print_started(&id, &plan, "supervised in this process");
+        print_started(&id, &plan, "supervised in this process", how.json);
         let mut opts = tuning.options();
         opts.stop_on_signal = true;
-        return finish_supervise(&id, home, opts);
+        return finish_supervise(&id, home, opts, None);
     }
     #[cfg(target_os = "macos")]
     {
         let bin = std::env::current_exe().map_err(during("finding this binary"))?;
         let how = crate::os::launchd::start_run_agent(&bin, &home, &id).map_err(CliError::Failed)?;
-        print_started(&id, &plan, &how);
+        print_started(&id, &plan, &how, json);
         return Ok(());
     }
     #[allow(unreachable_code)]
-    let started = if crate::runner::systemd_units_available() {
-        crate::runner::start_with_systemd(&home, &id)
-    } else {
-        crate::runner::start_detached(&home, &p, &tuning.args(), &[])
+    let started = match crate::runner::systemd_units_for(&home) {
+        Ok(prefix) => crate::runner::start_with_systemd(&home, &id, &prefix),
+        Err(why) => {
+            if let Some(why) = why {
+                eprintln!("harness: supervising run {id} detached: {why}");
+            }
+            crate::runner::start_detached(&home, &p, &tuning.args(), &[])
+        }
     };
     let how = started.map_err(during(format!("starting run {id}'s supervisor")))?;
-    print_started(&id, &plan, &how);
+    print_started(&id, &plan, &how, json);
     Ok(())
 }
 
@@ -216,16 +242,39 @@ pub(super) fn supervise(run: &str, tuning: &Tuning) -> Result<(), CliError> {
             _ => eprintln!("harness: supervise takes one Unix socket; ignoring another passed socket"),
         }
     }
-    finish_supervise(&id, home()?, opts)
+    finish_supervise(&id, home()?, opts, None)
 }
 
-fn finish_supervise(id: &RunId, home: Home, opts: crate::supervisor::Options) -> Result<(), CliError> {
+/// Supervises the run to its end, printing `progress` (a batch run's lines) meanwhile.
+fn finish_supervise(
+    id: &RunId,
+    home: Home,
+    opts: crate::supervisor::Options,
+    progress: Option<crate::progress::Progress>,
+) -> Result<(), CliError> {
     use crate::supervisor::Ending;
     let batch = opts.batch;
     let rt = tokio::runtime::Runtime::new().map_err(during("starting the supervisor's runtime"))?;
-    let ending = rt
-        .block_on(crate::supervisor::supervise(home, id.clone(), opts, crate::os::service::terminated()))
-        .map_err(during(format!("supervising run {id}")))?;
+    let progress = progress.map(|p| std::sync::Arc::new(std::sync::Mutex::new(p)));
+    let follower = progress.clone().map(|p| {
+        rt.spawn(async move {
+            loop {
+                if let Ok(mut p) = p.lock() {
+                    p.drain();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    });
+    let ending = rt.block_on(crate::supervisor::supervise(home, id.clone(), opts, crate::os::service::terminated()));
+    if let Some(f) = follower {
+        f.abort();
+    }
+    // The last records (the run's end) are printed before the verdict.
+    if let Some(Ok(mut p)) = progress.as_ref().map(|p| p.lock()) {
+        p.drain();
+    }
+    let ending = ending.map_err(during(format!("supervising run {id}")))?;
     match ending {
         Ending::Finished => out(&format!("run {id} finished")),
         Ending::AlreadyOver(d) => out(&d),

@@ -58,7 +58,7 @@ fn by_top() -> views::VerbBody {
 }
 
 fn copy(c: &Client) -> Client {
-    Client { endpoint: c.endpoint.clone(), token: c.token.clone() }
+    c.clone()
 }
 
 /// `harness top`.

@@ -60,6 +60,16 @@ impl Home {
         Home { root: root.into() }
     }
 
+    /// A stable id of this home: the first 16 hex digits of the sha256 of its canonical path (its
+    /// path as given while it does not exist). The API says it in `Harness-Home`, so a CLI that
+    /// reached an API over TCP knows whether it serves the home the CLI means.
+    pub fn id(&self) -> String {
+        use sha2::Digest;
+        let path = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     pub fn runs_dir(&self) -> PathBuf {
         self.root.join("runs")
     }

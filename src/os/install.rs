@@ -30,11 +30,10 @@ pub fn user_unit_dir() -> Result<PathBuf, String> {
     Ok(PathBuf::from(h).join(".config/systemd/user"))
 }
 
+/// `@DOCS@` (the units now name the man page, `Documentation=man:harness(1)`; kept for a unit of
+/// one's own that still says `@DOCS@`).
 fn docs_dir() -> PathBuf {
-    crate::wrapper::wrappers_dir()
-        .ok()
-        .and_then(|w| w.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("/usr/share/doc/harness"))
+    PathBuf::from("/usr/share/doc/harness")
 }
 
 /// True when a systemd user manager answers.
@@ -53,10 +52,43 @@ pub fn systemctl_user_quiet(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Renders every unit; returns (file name, text).
+/// The prefix of the units that serve `home`: `harness` for the default home (`~/.harness`, what
+/// the package's units serve), `harness-<home id>` for any other, so units of several homes live
+/// side by side and none shadows the package's.
+pub fn unit_prefix(home: &Home) -> String {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let default =
+        std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| canonical(&PathBuf::from(h).join(".harness")));
+    if default.is_some_and(|d| d == canonical(&home.root)) {
+        "harness".into()
+    } else {
+        format!("harness-{}", home.id())
+    }
+}
+
+/// Renders every unit for `home`, named by its prefix; returns (file name, text). A non-default
+/// home's API socket holds its Unix socket only: 127.0.0.1:7878 is the default home's.
 pub fn rendered(bin: &Path, home: &Home) -> Vec<(String, String)> {
     let root = home.root.canonicalize().unwrap_or_else(|_| home.root.clone());
-    UNITS.iter().map(|(name, text)| (name.to_string(), render(text, bin, &root, &docs_dir()))).collect()
+    let prefix = unit_prefix(home);
+    let rename = |s: &str| {
+        s.replace("harness-supervisor@", &format!("{prefix}-supervisor@"))
+            .replace("harness-api.", &format!("{prefix}-api."))
+    };
+    UNITS
+        .iter()
+        .map(|(name, text)| {
+            let mut text = rename(&render(text, bin, &root, &docs_dir()));
+            if prefix != "harness" {
+                text = text
+                    .lines()
+                    .filter(|l| !l.starts_with("ListenStream=127.0.0.1:"))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+            }
+            (rename(name), text)
+        })
+        .collect()
 }
 
 /// Writes the units (or prints them) and reloads the manager. Returns what to tell the user.
@@ -95,15 +127,26 @@ pub fn install(bin: &Path, home: &Home, unit_dir: Option<&Path>, print: bool) ->
     } else {
         "no systemd user manager answered: run `systemctl --user daemon-reload` in your session."
     };
+    let prefix = unit_prefix(home);
+    let shadow = if prefix == "harness"
+        && Path::new("/usr/lib/systemd/user/harness-api.socket").exists()
+        && unit_dir.is_none()
+    {
+        "\nnote: the package's units in /usr/lib/systemd/user serve this home already; these copies shadow them (and their updates) until `harness uninstall`."
+    } else {
+        ""
+    };
     Ok(format!(
-        "installed {} units in {} ({reload})\nstart the API with:\n  systemctl --user enable --now harness-api.socket\nits logs:\n  journalctl --user -u harness-api.service",
+        "installed {} units for {} in {} ({reload})\nstart the API with:\n  systemctl --user enable --now {prefix}-api.socket\nits logs:\n  journalctl --user -u {prefix}-api.service{shadow}",
         units.len(),
+        home.root.display(),
         dir.display()
     ))
 }
 
 /// Stops and removes what `install` wrote.
-pub fn uninstall(unit_dir: Option<&Path>) -> Result<String, String> {
+pub fn uninstall(home: &Home, unit_dir: Option<&Path>) -> Result<String, String> {
+    let prefix = unit_prefix(home);
     let dir = match unit_dir {
         Some(d) => d.to_path_buf(),
         None => user_unit_dir()?,
@@ -111,12 +154,15 @@ pub fn uninstall(unit_dir: Option<&Path>) -> Result<String, String> {
     let live = unit_dir.is_none() && user_manager_answers();
     if live {
         let _ = std::process::Command::new("systemctl")
-            .args(["--user", "disable", "--now", "harness-api.socket", "harness-api.service"])
+            .args(["--user", "disable", "--now"])
+            .arg(format!("{prefix}-api.socket"))
+            .arg(format!("{prefix}-api.service"))
             .stderr(std::process::Stdio::null())
             .status();
     }
     let mut removed = 0;
     for (name, _) in UNITS {
+        let name = name.replacen("harness-", &format!("{prefix}-"), 1);
         if std::fs::remove_file(dir.join(name)).is_ok() {
             removed += 1;
         }

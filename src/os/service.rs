@@ -6,10 +6,11 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
-/// Installs the global subscriber: `RUST_LOG`-style filtering (default `info`), the journald layer
+/// Installs the global subscriber: `RUST_LOG`-style filtering (else `default`: `info` for the
+/// daemons, `warn` for a person's commands), the journald layer
 /// when journald is reachable and we run under it, else human-readable stderr.
-pub fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init_logging(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let under_journal = std::env::var_os("JOURNAL_STREAM").is_some();
     // Fields keep their own names (RUN_ID, TASK, VERB, SEQ), so `journalctl RUN_ID=…` finds a run.
     if under_journal && let Ok(layer) = tracing_journald::layer().map(|l| l.with_field_prefix(None)) {

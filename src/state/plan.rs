@@ -13,6 +13,15 @@ use std::path::Path;
 
 pub const VERSION: &str = "plan/v1";
 
+/// The longest task `title` (a commit subject's usual bound).
+pub const TITLE_MAX: usize = 72;
+
+/// A `title` as written: trimmed, one line, 1 to `TITLE_MAX` characters.
+fn title_of(s: &str) -> Option<String> {
+    let t = s.trim();
+    (!t.is_empty() && !t.contains(['\n', '\r']) && t.chars().count() <= TITLE_MAX).then(|| t.to_string())
+}
+
 /// The largest plan read.
 pub const MAX_PLAN_BYTES: usize = 16 << 20;
 /// The most tasks a plan may hold.
@@ -25,6 +34,10 @@ pub struct Task {
     pub wave: u32,
     pub adapter: Adapter,
     pub prompt: String,
+    /// The subject of the task's commit (`<task>: <title>`): one line of at most 72 characters.
+    /// Absent: the prompt's first line, cut at a word (engine directives left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// Shell command run in the worktree after the turn; rc 0 passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<String>,
@@ -48,6 +61,55 @@ pub struct Task {
     /// The task's spend (US dollars, as its engine prices it) at which the run pauses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_usd: Option<f64>,
+}
+
+impl Task {
+    /// The subject of the task's commit: `<task>: <title>`, the title being the plan's `title`,
+    /// else the prompt's first line without engine directives (`[fake-claude:tool]`-shaped
+    /// `[name:value]` tokens), cut at a word boundary to `TITLE_MAX` characters (`…` marks a cut).
+    pub fn subject(&self) -> String {
+        let title = match &self.title {
+            Some(t) => t.clone(),
+            None => prompt_title(&self.prompt),
+        };
+        format!("{}: {title}", self.id)
+    }
+}
+
+/// A prompt's first line as a commit title (see `Task::subject`).
+fn prompt_title(prompt: &str) -> String {
+    let line = prompt.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let words: Vec<&str> = line.split_whitespace().filter(|w| !is_directive(w)).collect();
+    let whole = words.join(" ");
+    if whole.chars().count() <= TITLE_MAX {
+        return if whole.is_empty() { "(no prompt text)".into() } else { whole };
+    }
+    let mut title = String::new();
+    for (i, w) in words.iter().enumerate() {
+        let room = TITLE_MAX - 1 - title.chars().count();
+        let need = w.chars().count() + usize::from(!title.is_empty());
+        if need > room {
+            // A first word longer than the bound is cut inside it: a title is never empty.
+            if i == 0 {
+                title = w.chars().take(TITLE_MAX - 1).collect();
+            }
+            title.push('…');
+            return title;
+        }
+        if !title.is_empty() {
+            title.push(' ');
+        }
+        title.push_str(w);
+    }
+    title
+}
+
+/// `[name:value]` with a lowercase, dash-separated name: a directive to an engine, not words.
+fn is_directive(w: &str) -> bool {
+    let Some(inner) = w.strip_prefix('[').and_then(|w| w.strip_suffix(']')) else { return false };
+    inner.split_once(':').is_some_and(|(name, _)| {
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit())
+    })
 }
 
 /// What happens to a tool call the task's allowed tools do not cover.
@@ -330,6 +392,7 @@ struct RawTask {
     wave: Field<u64>,
     adapter: Field<String>,
     prompt: Field<String>,
+    title: Field<String>,
     gate: Field<String>,
     review: Field<bool>,
     model: Field<String>,
@@ -661,6 +724,11 @@ impl Check {
             let adapter = c.parsed(field!(t.adapter), str::parse::<Adapter>, "missing (claude, cursor or codex)");
             let prompt = c.must(field!(t.prompt), |s| non_empty(s), |_| NON_EMPTY.into());
             Some(Task {
+                title: c.check(
+                    field!(t.title),
+                    |s| title_of(s),
+                    |v| format!("one line of 1 to {TITLE_MAX} characters, got {v}"),
+                ),
                 gate: c.text(field!(t.gate), NON_EMPTY),
                 model: c.text(field!(t.model), NON_EMPTY),
                 review: c.review(field!(t.review), adapter),
@@ -760,6 +828,50 @@ mod tests {
         assert!(e.contains("10001 tasks: a plan holds at most 10000"), "{e}");
     }
     use super::*;
+
+    #[test]
+    fn a_commit_subject_is_the_title_else_the_prompt_cut_at_a_word() {
+        let task = |prompt: &str, title: Option<&str>| Task {
+            id: TaskId::parse("t1").unwrap(),
+            wave: 1,
+            adapter: Adapter::Claude,
+            prompt: prompt.into(),
+            title: title.map(String::from),
+            gate: None,
+            review: false,
+            model: None,
+            live: None,
+            approvals: None,
+            allowed_tools: None,
+            budget_usd: None,
+        };
+        assert_eq!(task("Add tests for greet(). [fake-claude:slow]", None).subject(), "t1: Add tests for greet().");
+        assert_eq!(task("x", Some("polish the docs")).subject(), "t1: polish the docs");
+        assert_eq!(task("\n\n  First line\nsecond", None).subject(), "t1: First line");
+        let long = "Refactor the configuration loader so that every option is documented and validated properly today";
+        let s = task(long, None).subject();
+        let title = s.strip_prefix("t1: ").unwrap();
+        assert!(title.chars().count() <= TITLE_MAX && title.ends_with('…'), "{title}");
+        assert!(long.starts_with(title.trim_end_matches('…')), "cut at a word: {title}");
+        assert!(long[title.len() - '…'.len_utf8()..].starts_with(' '), "cut at a word boundary: {title}");
+        let exact = "a".repeat(TITLE_MAX);
+        assert_eq!(task(&exact, None).subject(), format!("t1: {exact}"));
+        assert!(task(&"b".repeat(100), None).subject().ends_with('…'));
+        assert_eq!(task("[fake-codex:approve]", None).subject(), "t1: (no prompt text)");
+    }
+
+    #[test]
+    fn a_title_is_one_short_line() {
+        let plan = |title: &str| {
+            let t = serde_json::json!({"v":"plan/v1","slug":"s","tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"p","title":title}]});
+            Plan::parse(t.to_string().as_bytes())
+        };
+        assert_eq!(plan("  add greet  ").unwrap().tasks[0].title.as_deref(), Some("add greet"));
+        for bad in ["", "two\nlines", &"x".repeat(73)] {
+            let e = plan(bad).unwrap_err().to_string();
+            assert!(e.contains("tasks[0] (a): title: one line of 1 to 72 characters"), "{e}");
+        }
+    }
 
     #[test]
     fn valid_plan_groups_waves() {

@@ -269,6 +269,11 @@ impl Ctx {
         }
         // stdout is read alongside; the child's exit (not its pipe's EOF, which a descendant may
         // hold) is what ends the wait.
+        // A wrapper's own notes (its engine's stderr goes to the task's `.log.stderr`) are the
+        // supervisor's log lines, not its terminal's: `harness run -v`, RUST_LOG or journald show them.
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(log_lines(err, self.run_id.clone(), task.clone()));
+        }
         let reader = child.stdout.take().map(|mut out| {
             tokio::spawn(async move {
                 use tokio::io::AsyncReadExt;
@@ -741,6 +746,26 @@ fn resumed_prompt_is_plan(ctx: &Ctx, task: &TaskId, prompt: &str) -> bool {
 /// Makes a turn's log and its `.stderr` (0600) before the wrapper appends the engine's output to
 /// them, so they are the user's only whatever umask the engine keeps. A failure is the wrapper's to
 /// report (it exits 2 naming the file).
+/// Logs each line a child writes on `err` (at most 4 KiB of each) as the task's, until EOF.
+async fn log_lines(err: tokio::process::ChildStderr, run_id: RunId, task: TaskId) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut r = tokio::io::BufReader::new(err);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut r).take(4096).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end();
+                if !text.is_empty() {
+                    tracing::info!(RUN_ID = %run_id, TASK = %task, "{text}");
+                }
+            }
+        }
+    }
+}
+
 fn private_logs(log: &Path) {
     let stderr = PathBuf::from(format!("{}.stderr", log.display()));
     for p in [log, stderr.as_path()] {
@@ -980,7 +1005,7 @@ async fn commit(ctx: &Ctx, task: &Task, attempt: u32, files: &[String], session:
     // Commits in the run's worktree are serialized; each task worktree has its own index.
     let _serial = if shared { Some(ctx.commit_lock.lock().await) } else { None };
     ctx.check_killed(id, session.clone())?;
-    let subject = format!("{id}: {}", first_line(&task.prompt));
+    let subject = task.subject();
     let wt = ctx.cwd(id);
     if !wt.is_dir() {
         return worktree_gone(ctx, id, &wt, files, session);
@@ -1263,11 +1288,6 @@ fn ensure_exit_marker(log: &Path, offset: u64, rc: i32, session: Option<&str>) {
     line.extend_from_slice(marker.to_string().as_bytes());
     line.push(b'\n');
     let _ = f.write_all(&line);
-}
-
-fn first_line(s: &str) -> String {
-    let l = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    l.chars().take(72).collect()
 }
 
 #[cfg(test)]

@@ -63,10 +63,10 @@ fn crossing_the_run_budget_pauses_before_the_next_task_and_raising_it_resumes() 
         "{frame}"
     );
     assert!(
-        frame.lines().any(|l| l.trim_start().starts_with("A ") && l.contains("committed") && l.contains("$0.30")),
+        frame.lines().any(|l| l.trim_start().starts_with("A ") && l.contains("done") && l.contains("$0.30")),
         "{frame}"
     );
-    assert!(frame.lines().any(|l| l.trim_start().starts_with("C ") && l.contains("pending")), "{frame}");
+    assert!(frame.lines().any(|l| l.trim_start().starts_with("C ") && l.contains("waiting")), "{frame}");
     let (code, _, err) = cli(&b.home(), &["top", "--api", &api_addr]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("harness top needs a terminal"), "the live dashboard without one: {err}");

@@ -430,7 +430,7 @@ fn cli_clients_list_show_watch_steer_and_kill() {
     assert!(out.contains(&run) && out.contains("running") && out.contains("yes"), "{out}");
     let (code, out, _) = hx(&["show", &run]);
     assert_eq!(code, 0);
-    assert!(out.contains("wave 1") && out.contains("A ") && out.contains("leased"), "{out}");
+    assert!(out.contains("wave 1") && out.contains("A ") && out.contains("running"), "{out}");
     // watch --json --until-exit: append an exit marker so the turn ends.
     let mut f = std::fs::OpenOptions::new().append(true).open(l.log()).unwrap();
     f.write_all(b"{\"harness\":\"exit\",\"rc\":0}\n").unwrap();
@@ -475,7 +475,10 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
         }
     };
     assert!(finished, "demo output:\n{}", seen.join("\n"));
-    assert!(seen.iter().any(|l| l.contains("harness watch")), "prints how to watch");
+    let exe = bin().display().to_string();
+    assert!(seen.iter().any(|l| l.contains(&format!("{exe} watch"))), "prints how to watch, with the binary it runs");
+    assert!(seen.iter().any(|l| l.contains(&format!("binary {exe}"))), "names its binary");
+    assert!(seen.iter().any(|l| l.ends_with("polish       done") || l.contains("polish       done ")), "{seen:?}");
     // SIGTERM ends the demo cleanly.
     // SAFETY: signalling our own child.
     unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
@@ -483,14 +486,14 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
     let log = std::process::Command::new("git").arg("-C").arg(&repo).args(["log", "--oneline"]).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&log.stdout).lines().count(),
-        4,
-        "3 task commits + the initial one (the codex audit is a verdict seat: it never commits)"
+        5,
+        "4 task commits + the initial one (the codex audit is a verdict seat: it never commits)"
     );
     // One commit per task, and each holds its own task's files only (tasks run in their own worktrees).
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(&repo)
-        .args(["log", "--format=%x00%s", "--name-only", "-3"])
+        .args(["log", "--format=%x00%s", "--name-only", "-4"])
         .output()
         .unwrap();
     for commit in String::from_utf8_lossy(&out.stdout).split('\0').filter(|c| !c.trim().is_empty()) {
@@ -521,4 +524,51 @@ fn sighup_rereads_the_token_file() {
     });
     assert!(ok.is_some(), "the rotated token was not picked up");
     assert_eq!(http(api.port, "GET", "/runs", &[("Authorization", "Bearer one")], None).status, 401);
+}
+
+#[test]
+fn the_demos_last_task_waits_for_a_steer_and_a_verb_on_the_finished_run_says_so_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = harness(&dir.path().join("unused-home"));
+    // `--pace 0`: every line at once, but not `fast`: the last task waits as at the default pace.
+    c.args(["demo", "--dir"]).arg(dir.path().join("d")).args(["--listen", "127.0.0.1:0", "--pace", "0"]);
+    c.env("HARNESS_WRAPPERS", repo_dir().join("wrappers")).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _p = Proc { child };
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut until = |what: &dyn Fn(&str) -> bool, secs: u64| {
+        let end = std::time::Instant::now() + Duration::from_secs(secs);
+        while let Ok(l) = rx.recv_timeout(end.saturating_duration_since(std::time::Instant::now())) {
+            seen.push(l.clone());
+            if what(&l) {
+                return l;
+            }
+        }
+        panic!("demo output:\n{}", seen.join("\n"));
+    };
+    let steer = until(&|l: &str| l.contains("steer ") && l.contains(" polish --interrupt"), 30);
+    until(&|l: &str| l.contains("polish       running"), 60);
+    // It waits: a few seconds on, the run is still live and polish still running.
+    std::thread::sleep(Duration::from_secs(3));
+    let home = dir.path().join("d/home");
+    let run = steer.split_whitespace().find(|w| w.ends_with("--demo")).unwrap().to_string();
+    let (code, out, err) = cli(&home, &["show", &run, "polish"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("· running ·"), "{out}");
+    // The printed command, as a person pastes it (the demo home's API socket: no address needed).
+    let (code, out, err) = cli(&home, &["steer", &run, "polish", "--interrupt", "say hello in French too"]);
+    assert_eq!(code, 0, "{out}{err}");
+    until(&|l: &str| l.ends_with("run finished"), 60);
+    let (code, _, err) = cli(&home, &["pause", &run]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("run {run} finished")) && err.contains("ago; its events: harness watch"), "{err}");
+    assert!(!err.contains("os error") && !err.contains(".sock"), "no socket path, no os error: {err}");
+    kill_all_with_home(&home);
 }

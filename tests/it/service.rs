@@ -24,10 +24,20 @@ fn require(cmd: &str) -> bool {
 }
 
 /// Runs `systemd-analyze --user verify` on `files`; returns (exit code, all output).
+/// `systemd-analyze --user verify FILES`: with harness(1) (`harness man`) on a MANPATH of `dir`, so
+/// the units' `Documentation=man:harness(1)` is checked to resolve; where no `man` is installed,
+/// that one check is left out (`--man=no`).
 fn verify(dir: &Path, files: &[std::path::PathBuf]) -> (i32, String) {
+    let man1 = dir.join("man/man1");
+    std::fs::create_dir_all(&man1).unwrap();
+    let page = Command::new(bin()).arg("man").output().unwrap();
+    std::fs::write(man1.join("harness.1"), &page.stdout).unwrap();
+    let has_man = Command::new("man").arg("--version").output().is_ok_and(|o| o.status.success());
     let out = Command::new("systemd-analyze")
         .args(["--user", "verify"])
+        .args(if has_man { None } else { Some("--man=no") })
         .args(files)
+        .env("MANPATH", dir.join("man"))
         .env("XDG_RUNTIME_DIR", dir)
         .env("HOME", dir)
         .env("SYSTEMD_LOG_COLOR", "0")
@@ -48,11 +58,22 @@ fn rendered_units_pass_systemd_analyze_verify_with_no_output() {
     let (code, out, err) =
         cli(&home, &["install", "--user", "--unit-dir", units.to_str().unwrap(), "--bin", bin().to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
-    let files: Vec<_> =
-        ["harness-api.socket", "harness-api.service", "harness-supervisor@.socket", "harness-supervisor@.service"]
-            .iter()
-            .map(|n| units.join(n))
-            .collect();
+    // A home that is not `~/.harness` gets units of its own, `harness-<home id>-…`, beside the
+    // default home's (which the package ships): none shadows another.
+    let api_socket = std::fs::read_dir(&units)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.ends_with("-api.socket"))
+        .unwrap();
+    let prefix = api_socket.strip_suffix("-api.socket").unwrap().to_string();
+    assert!(prefix.len() == "harness-".len() + 16 && prefix.starts_with("harness-"), "{prefix}");
+    let files: Vec<_> = ["api.socket", "api.service", "supervisor@.socket", "supervisor@.service"]
+        .iter()
+        .map(|n| units.join(format!("{prefix}-{n}")))
+        .collect();
+    assert_eq!(std::fs::read_dir(&units).unwrap().count(), 4, "only this home's four units");
+    let api = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(!api.contains("ListenStream=127.0.0.1"), "the default home's TCP port is not taken: {api}");
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
         assert!(!text.contains("@BIN@") && !text.contains("@HOME@") && !text.contains("@DOCS@"), "{}", f.display());
@@ -67,10 +88,10 @@ fn rendered_units_pass_systemd_analyze_verify_with_no_output() {
     let (_, text) = verify(d.path(), &[bad]);
     assert!(!text.trim().is_empty(), "verify printed nothing for a broken unit");
     // A supervisor instance name with a real runId verifies too.
-    let inst = units.join("harness-supervisor@0123456789ab--demo.service");
-    std::os::unix::fs::symlink(units.join("harness-supervisor@.service"), &inst).unwrap();
-    let sock = units.join("harness-supervisor@0123456789ab--demo.socket");
-    std::os::unix::fs::symlink(units.join("harness-supervisor@.socket"), &sock).unwrap();
+    let inst = units.join(format!("{prefix}-supervisor@0123456789ab--demo.service"));
+    std::os::unix::fs::symlink(units.join(format!("{prefix}-supervisor@.service")), &inst).unwrap();
+    let sock = units.join(format!("{prefix}-supervisor@0123456789ab--demo.socket"));
+    std::os::unix::fs::symlink(units.join(format!("{prefix}-supervisor@.socket")), &sock).unwrap();
     let (code, text) = verify(d.path(), &[inst, sock]);
     assert!(code == 0 && text.trim().is_empty(), "instance verify (exit {code}):\n{text}");
 }

@@ -39,6 +39,8 @@ fn real_systemd_user_manager_runs_the_api_and_supervisors() {
         "ok the run finished; every task committed exactly once",
         "ok journalctl RUN_ID=",
         "ok journalctl TASK=A1 RUN_ID=",
+        "ok another home's run went through its own units harness-",
+        "ok a home without units of its own is supervised detached",
     ] {
         assert!(text.contains(step), "missing step {step:?}:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
     }

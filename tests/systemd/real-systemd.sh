@@ -140,6 +140,41 @@ code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST -H 'Content-
 wait_until 10 journal_has_verb || fail "journalctl RUN_ID=$run TASK=A1 VERB=kill finds nothing"
 say "journalctl TASK=A1 RUN_ID=$run VERB=kill finds the verb's line"
 
+# Another home: `harness install` renders its own units (harness-<home id>-…) beside the default
+# home's, and `harness run --supervised` in it goes through them — never a unit of another home.
+custom="$WORK/custom-home"
+HARNESS_HOME="$custom" "$HARNESS_BIN" install --user --unit-dir "$units" --bin "$HARNESS_BIN" > "$WORK/install2.out" || fail "harness install for $custom"
+systemctl --user daemon-reload || fail "daemon-reload"
+prefix=$(find "$units" -maxdepth 1 -name 'harness-*-supervisor@.service' -printf '%f\n' | sed -n 's/^\(harness-[0-9a-f]\{16\}\)-supervisor@\.service$/\1/p')
+[ -n "$prefix" ] || fail "no harness-<id>-supervisor@.service for $custom: $(ls "$units")"
+[ -f "$units/harness-supervisor@.service" ] || fail "the default home's units were replaced"
+grep -q "^Environment=HARNESS_HOME=$custom\$" "$units/$prefix-supervisor@.service" || fail "$prefix units do not serve $custom"
+if grep -q '^ListenStream=127.0.0.1' "$units/$prefix-api.socket"; then fail "$prefix-api.socket takes the default home's TCP port"; fi
+plan2() { # slug
+  printf '{"v":"plan/v1","slug":"%s","tasks":[{"id":"C1","wave":1,"adapter":"claude","prompt":"c1 [fake-write:c1.txt]"}]}\n' "$1"
+}
+for r in repo2 repo3; do
+  if ! { mkdir -p "$WORK/$r" && git -C "$WORK/$r" init -q -b main && echo x > "$WORK/$r/R" && git -C "$WORK/$r" add R &&
+    git -C "$WORK/$r" -c user.name=t -c user.email=t@t commit -qm init; }; then
+    fail "git $r"
+  fi
+done
+plan2 other > "$WORK/plan2.json"
+out=$(cd "$WORK/repo2" && HARNESS_HOME="$custom" "$HARNESS_BIN" run "$WORK/plan2.json" --supervised 2>&1) || fail "harness run in $custom: $out"
+printf '%s' "$out" | grep -q "systemd unit $prefix-supervisor@" || fail "not started through $prefix units: $out"
+run2=$(printf '%s' "$out" | sed -n 's/^run \([^ ]*\) started.*/\1/p')
+wait_until 60 grep -q '"event":"finished"' "$WORK/repo2/runstate/other.jsonl" || fail "the run in $custom did not finish: $(tail -n 3 "$WORK/repo2/runstate/other.jsonl")"
+systemctl --user show -p Environment --value "$prefix-supervisor@$run2.service" | grep -q "HARNESS_HOME=$custom" || fail "the unit's home is not $custom"
+say "another home's run went through its own units $prefix-supervisor@$run2 (HARNESS_HOME=$custom) and finished"
+
+# A home with no units of its own: supervised detached, saying why.
+third="$WORK/third-home"
+plan2 third > "$WORK/plan3.json"
+out=$(cd "$WORK/repo3" && HARNESS_HOME="$third" "$HARNESS_BIN" run "$WORK/plan3.json" --supervised 2>&1) || fail "harness run in $third: $out"
+printf '%s' "$out" | grep -q "detached: the systemd units serve the default home, not $third" || fail "no reason said: $out"
+wait_until 60 grep -q '"event":"finished"' "$WORK/repo3/runstate/third.jsonl" || fail "the run in $third did not finish"
+say "a home without units of its own is supervised detached, saying why, and its run finished"
+
 systemctl --user stop harness-api.socket harness-api.service > /dev/null 2>&1
 kill "$(systemctl --user show -p MainPID --value init.scope 2> /dev/null || echo 0)" 2> /dev/null
 exit 0
