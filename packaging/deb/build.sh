@@ -3,8 +3,8 @@
 # built binary prints (`harness man`, `harness completions SHELL`) written where the
 # [package.metadata.deb] assets in Cargo.toml expect them (target/release/deb-assets/; cargo-deb maps
 # `target/release/` to the real target dir, CARGO_TARGET_DIR included), then `cargo deb --no-build`
-# (the binary it packages is the one just built; no second build). Needs cargo-deb
-# (`cargo install cargo-deb --locked`). Prints the .deb's path on its last line.
+# (the binary it packages is the one just built; no second build), and adds DEBIAN/md5sums. Needs
+# cargo-deb (`cargo install cargo-deb --locked`) and dpkg-deb. Prints the .deb's path on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -30,5 +30,13 @@ done
 
 deb=$(cargo deb --no-build --locked "$@" | tail -n 1)
 [ -f "$deb" ] || { echo "build.sh: cargo deb named no package ($deb)" >&2; exit 1; }
-echo "$deb"
 
+# cargo-deb writes no DEBIAN/md5sums (what `dpkg --verify` and debsums check installed files against):
+# unpack, add it, pack again with the same owner (root), compression and file dates.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+dpkg-deb -R "$deb" "$work/pkg"
+(cd "$work/pkg" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum) > "$work/md5sums"
+install -m 644 "$work/md5sums" "$work/pkg/DEBIAN/md5sums"
+dpkg-deb --root-owner-group -Zxz -b "$work/pkg" "$deb" >/dev/null
+echo "$deb"
