@@ -18,14 +18,15 @@ assets=$target/release/deb-assets
 rm -rf "$assets"
 mkdir -p "$assets"
 
-"$bin" man > "$assets/harness.1"
+# harness(1) and a page per command (harness-run(1), …: harness(1) names them).
+"$bin" man --dir "$assets/man"
 # -n: no name or timestamp in the gzip header, so the same page gives the same bytes.
-gzip -9n "$assets/harness.1"
+gzip -9n "$assets"/man/*.1
 "$bin" completions bash > "$assets/harness.bash"
 "$bin" completions zsh > "$assets/_harness"
 "$bin" completions fish > "$assets/harness.fish"
-for f in "$assets"/*; do
-  [ -s "$f" ] || { echo "build.sh: $f is empty" >&2; exit 1; }
+for f in "$assets"/* "$assets"/man/*; do
+  [ -d "$f" ] || [ -s "$f" ] || { echo "build.sh: $f is empty" >&2; exit 1; }
 done
 
 deb=$(cargo deb --no-build --locked "$@" | tail -n 1)

@@ -24,7 +24,7 @@ use crate::state::registry::Plane;
 use crate::timeouts;
 use clap::{Parser, Subcommand};
 pub use error::CliError;
-use error::usage;
+use error::{during, usage};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -434,7 +434,11 @@ harness steer greet-demo greet --comment src/greet.rs:12 \"off by one\"")]
         shell: clap_complete::Shell,
     },
     /// Print the manual page harness(1) (roff): `harness man | man -l -`.
-    Man,
+    Man {
+        /// Write harness(1) and a page per command (harness-run(1), …) into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Plumbing: registry, journal, liveness, inbox, supervise, normalize-events, plist.
     ///
     /// What runners, process managers and people debugging harness use. Each is also reachable by
@@ -989,7 +993,7 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
             completions(shell);
             Ok(())
         }
-        Cmd::Man => man(),
+        Cmd::Man { dir } => man(dir.as_deref()),
         Cmd::ApprovalMcp { socket, task, wait } => {
             let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
             crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))
@@ -1008,7 +1012,7 @@ fn no_json(cmd: &Cmd) -> Option<&'static str> {
         Cmd::Uninstall { .. } => "uninstall",
         Cmd::Notify(_) => "notify test",
         Cmd::Completions { .. } => "completions",
-        Cmd::Man => "man",
+        Cmd::Man { .. } => "man",
         Cmd::Debug(DebugCmd::Supervise { .. }) => "debug supervise",
         Cmd::Debug(DebugCmd::Plist { .. }) => "debug plist",
         Cmd::ApprovalMcp { .. } | Cmd::Stamp { .. } => "plumbing",
@@ -1054,8 +1058,13 @@ fn completions(shell: clap_complete::Shell) {
 }
 
 /// `harness man`: harness(1) in roff, its subcommands listed (clap_mangen).
-fn man() -> Result<(), CliError> {
+fn man(dir: Option<&std::path::Path>) -> Result<(), CliError> {
     let cmd = <Cli as clap::CommandFactory>::command();
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).map_err(during(format!("creating {}", dir.display())))?;
+        return clap_mangen::generate_to(cmd, dir)
+            .map_err(during(format!("writing the man pages into {}", dir.display())));
+    }
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd)
         .render(&mut out)

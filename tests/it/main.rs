@@ -8,6 +8,7 @@ mod approvals;
 mod browser;
 mod budget;
 mod chaos;
+mod cli;
 mod cursors;
 mod engine_values;
 mod faults;
