@@ -1,6 +1,7 @@
 //! Human-readable rendering of events/v1 for a terminal (`harness watch`): tokens inline as they
 //! stream, a block's final text only when its deltas were not shown, tool calls and results as
-//! one-liners. Pure: it keeps only what it needs to avoid printing a block twice.
+//! one-liners; `Transcript` keeps that text as lines for a pane that scrolls (`harness top`). Pure:
+//! it keeps only what it needs to avoid printing a block twice, and the lines a pane shows.
 
 use serde_json::Value;
 
@@ -114,6 +115,73 @@ impl Renderer {
     }
 }
 
+/// What a terminal would show of a stream rendered by `Renderer`, kept as lines for a pane that
+/// scrolls (`harness top`): the text of deltas joins on one line until a newline, as `harness watch`
+/// prints it, and only the last `cap` finished lines are kept. Pure, like `Renderer`.
+pub struct Transcript {
+    renderer: Renderer,
+    /// Finished lines, oldest first.
+    lines: std::collections::VecDeque<String>,
+    /// The line still being written (tokens stream into it until a newline ends it).
+    partial: String,
+    /// The most finished lines kept: a pane left open on a chatty task must not grow without end.
+    cap: usize,
+}
+
+impl Transcript {
+    pub fn new(cap: usize) -> Transcript {
+        Transcript {
+            renderer: Renderer::default(),
+            lines: std::collections::VecDeque::new(),
+            partial: String::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Adds one events/v1 event, rendered as `harness watch` renders it.
+    pub fn push_event(&mut self, ev: &Value) {
+        let text = self.renderer.render(ev);
+        self.push_text(&text);
+    }
+
+    /// Adds a line of its own (a note about the stream, not an event): it never joins a partial line.
+    pub fn push_line(&mut self, line: &str) {
+        if !self.partial.is_empty() {
+            self.push_text("\n");
+        }
+        self.push_text(line);
+        self.push_text("\n");
+    }
+
+    /// Adds text as a terminal would print it: a newline ends the current line. A carriage return
+    /// or another control character would move a real cursor; here it is dropped, and a tab is
+    /// spaces, so a pane's cells hold only what prints.
+    fn push_text(&mut self, text: &str) {
+        for (i, piece) in text.split('\n').enumerate() {
+            if i > 0 {
+                let done = std::mem::take(&mut self.partial);
+                self.lines.push_back(done);
+                if self.lines.len() > self.cap {
+                    self.lines.pop_front();
+                }
+            }
+            for c in piece.chars() {
+                match c {
+                    '\t' => self.partial.push_str("    "),
+                    c if c.is_control() => {}
+                    c => self.partial.push(c),
+                }
+            }
+        }
+    }
+
+    /// The lines to show, the partial one last (when it holds anything).
+    pub fn lines(&self) -> impl Iterator<Item = &str> {
+        let partial = (!self.partial.is_empty()).then_some(self.partial.as_str());
+        self.lines.iter().map(String::as_str).chain(partial)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +202,19 @@ mod tests {
         s += &r.render(&json!({"type":"tool_call","data":{"name":"Bash","args":{"command":"echo hi"}}}));
         s += &r.render(&json!({"type":"exit","data":{"rc":0}}));
         assert_eq!(s, "Hello\nWhole block\n→ Bash {\"command\":\"echo hi\"}\n── exit rc=0\n");
+    }
+
+    #[test]
+    fn a_transcript_joins_deltas_on_a_line_and_keeps_the_last_lines() {
+        let mut t = Transcript::new(3);
+        let delta = |x: &str| json!({"type":"token_delta","data":{"text":x,"channel":"text","message_id":"m"}});
+        for x in ["Hi", " there!", " This"] {
+            t.push_event(&delta(x));
+        }
+        assert_eq!(t.lines().collect::<Vec<_>>(), ["Hi there! This"], "the partial line is shown");
+        t.push_event(&delta(" is it.\nNext\tline"));
+        t.push_event(&json!({"type":"tool_call","data":{"name":"Bash","args":{"command":"ls"}}}));
+        t.push_line("(ended)");
+        assert_eq!(t.lines().collect::<Vec<_>>(), ["Next    line", "→ Bash {\"command\":\"ls\"}", "(ended)"]);
     }
 }
