@@ -490,6 +490,9 @@ fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -
             d.run.status.label(),
             fmt::ago(when)
         ),
+        _ if d.live => format!(
+            "run {run} is a batch run (started without --supervised): it takes no verbs; Ctrl-C in its terminal stops it; {events}"
+        ),
         _ => format!("run {run} has no supervisor ({}): it was started without one; {events}", d.run.status.label()),
     };
     CliError::Failed(msg)
@@ -683,7 +686,9 @@ fn top_once_json(c: &Client, rt: &tokio::runtime::Runtime, runs: Vec<RunRow>, ac
 /// `harness top --once`: one frame — runs, then each live or paused run's tasks.
 pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliError> {
     let rt = client_rt()?;
-    let runs: Vec<RunRow> = typed(serde_json::Value::Array(runs_matching(c, "", None)?), "GET /runs")?;
+    let mut runs: Vec<RunRow> = typed(serde_json::Value::Array(runs_matching(c, "", None)?), "GET /runs")?;
+    // Live, blocked and paused runs first, as the dashboard shows them.
+    super::top::order_runs(&mut runs);
     if json {
         return top_once_json(c, &rt, runs, active);
     }
