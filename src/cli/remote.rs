@@ -734,7 +734,7 @@ pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliEr
         for w in d.plan.waves {
             for t in w.tasks {
                 lines.push(format!(
-                    "  {:<14} w{:<3} {:<11} {:>9}  {}",
+                    "  {:<14} w{:<3} {:<16} {:>9}  {}",
                     t.id.as_str(),
                     w.wave,
                     t.facts.state.label(),
@@ -747,6 +747,8 @@ pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliEr
     if shown == 0 {
         lines.push(if active { "(no active runs)".into() } else { "(no runs)".into() });
     }
-    out(&lines.join("\n"));
+    for l in lines {
+        out(l.trim_end());
+    }
     Ok(())
 }
