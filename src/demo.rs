@@ -153,6 +153,7 @@ pub fn run(dir: Option<PathBuf>, listen: Option<SocketAddr>, pace: Pace) -> Resu
             stop(&home, &id).await;
         };
         let opts = crate::api::ServeOptions {
+            fleet: None,
             cfg: crate::api::Config::default(),
             tcp: Vec::new(),
             unix: Some(home.sock_dir().join("api.sock")),

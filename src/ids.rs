@@ -17,6 +17,8 @@ pub enum IdError {
     RunId(String),
     #[error("invalid task id {0:?}: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")]
     TaskId(String),
+    #[error("invalid host name {0:?}: expected a DNS label, [a-z0-9] or [a-z0-9][a-z0-9-]{{0,61}}[a-z0-9]")]
+    Host(String),
 }
 
 /// Shortens an untrusted value for an error message (a 1 MB id must not become a 1 MB log line).
@@ -129,6 +131,23 @@ impl TaskId {
     }
 }
 
+/// A host of a fleet (`harness relay --host`): a DNS label, lowercase — one token of the fleet's
+/// NATS subjects (`spec/FLEET.md`), so it holds no `.`, `*`, `>` or space.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostName(String);
+
+impl HostName {
+    pub fn parse(s: &str) -> Result<Self, IdError> {
+        let b = s.as_bytes();
+        let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+        let ok = !b.is_empty() && b.len() <= 63 && b.iter().all(inner) && b[0] != b'-' && b[b.len() - 1] != b'-';
+        if ok { Ok(HostName(s.to_string())) } else { Err(IdError::Host(shown(s))) }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 macro_rules! display_and_serde {
     ($t:ident) => {
         impl fmt::Display for $t {
@@ -152,6 +171,7 @@ macro_rules! display_and_serde {
 display_and_serde!(Slug);
 display_and_serde!(RunId);
 display_and_serde!(TaskId);
+display_and_serde!(HostName);
 
 #[cfg(test)]
 mod tests {
@@ -173,6 +193,16 @@ mod tests {
         assert!(TaskId::parse(&"a".repeat(64)).is_ok());
         for bad in ["", "..", ".a", "a/b", "a b", "a%2F", &"a".repeat(65)] {
             assert!(TaskId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn host_grammar() {
+        for good in ["a", "build-1", "ci", &"a".repeat(63)] {
+            assert!(HostName::parse(good).is_ok(), "{good:?} refused");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a*", "a>", "a b", "é", &"a".repeat(64)] {
+            assert!(HostName::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
 

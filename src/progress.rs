@@ -30,8 +30,10 @@ impl Progress {
             for (_, line) in lines {
                 if self.json {
                     crate::term::out(String::from_utf8_lossy(&line).trim_end());
-                } else if let Ok(rec) = crate::state::journal::parse_line(&line) {
-                    crate::term::out(line_of(&rec).trim_end());
+                } else if let Ok(rec) = crate::state::journal::parse_line(&line)
+                    && let Some(l) = line_of(&rec)
+                {
+                    crate::term::out(l.trim_end());
                 }
             }
         }
@@ -46,11 +48,13 @@ impl Progress {
     }
 }
 
-/// One record as a line: `17:45:02  greet   running  (claude)`.
-pub fn line_of(rec: &Record) -> String {
+/// One record as a line: `17:45:02  greet   running  (claude)`; none for the bookkeeping of an
+/// `Idempotency-Key` (the verb's own record says what happened).
+pub fn line_of(rec: &Record) -> Option<String> {
     let t = rec.ts.get(11..19).unwrap_or(&rec.ts);
     let why = |d: &Option<String>| d.as_ref().map(|d| format!("  ({d})")).unwrap_or_default();
-    match &rec.body {
+    Some(match &rec.body {
+        Body::Idempotency(_) => return None,
         Body::Run(r) => format!("{t}  run {}{}", format!("{:?}", r.event).to_lowercase(), why(&r.detail)),
         Body::Task(k) => {
             // A turn ended for a steer's interrupt is halted on the record, but nothing failed.
@@ -76,5 +80,5 @@ pub fn line_of(rec: &Record) -> String {
             a.by.as_ref().map(|b| format!(" by {b}")).unwrap_or_default()
         ),
         Body::Attention(a) => format!("{t}  {:<12} {}{}", a.task.as_str(), a.attention, why(&a.detail)),
-    }
+    })
 }

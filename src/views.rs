@@ -12,7 +12,7 @@
 //!
 //! Pure data, below `state/`: no I/O, and nothing imported but the ids and the wire names.
 
-use crate::ids::{RunId, Slug, TaskId};
+use crate::ids::{HostName, RunId, Slug, TaskId};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::PathBuf;
 
@@ -512,6 +512,15 @@ pub struct RunRow {
     pub live: bool,
     #[serde(default = "unknown_supervisor")]
     pub supervisor: Supervisor,
+    /// The fleet host whose run this is (added with the fleet: only a fleet API's answers carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
+    /// When the host's relay last spoke (RFC 3339), and whether that is recent enough to call it
+    /// online (a fleet API's answers only): a UI says "host offline" from them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_seen: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_online: Option<bool>,
 }
 
 fn unknown_supervisor() -> Supervisor {
@@ -535,6 +544,23 @@ pub struct RunDetail {
     #[serde(default)]
     pub attention: Vec<AttentionView>,
     pub paths: RunPaths,
+    /// The fleet host whose run this is (added with the fleet: only a fleet API's answers carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
+    /// When the host's relay last spoke (RFC 3339), and whether that is recent enough to call it
+    /// online (a fleet API's answers only): a UI says "host offline" from them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_seen: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_online: Option<bool>,
+}
+
+impl RunDetail {
+    /// The run's tasks: the plan's, wave by wave, then those only the journal knows.
+    pub fn task_ids(&self) -> Vec<TaskId> {
+        let planned = self.plan.waves.iter().flat_map(|w| w.tasks.iter().map(|t| t.id.clone()));
+        planned.chain(self.unplanned_tasks.iter().map(|t| t.id.clone())).collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -665,6 +691,9 @@ pub struct TaskDetail {
     /// Each attempt of the task, oldest first (added).
     #[serde(default)]
     pub history: Vec<Attempt>,
+    /// The fleet host whose task this is (added with the fleet: only a fleet API's answers carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
 }
 
 /// One attempt of a task (`TaskDetail.history`).
@@ -749,6 +778,33 @@ pub struct Approvals {
     pub run_id: RunId,
     /// Oldest first.
     pub approvals: Vec<ApprovalView>,
+    /// The fleet host whose run this is (added with the fleet: only a fleet API's answers carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
+}
+
+/// `GET /hosts` (a fleet API's, added with the fleet): each host whose relay ever spoke.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hosts {
+    pub hosts: Vec<HostView>,
+}
+
+/// One host of a fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostView {
+    pub host: HostName,
+    /// When its relay last spoke (RFC 3339).
+    pub seen: String,
+    /// It spoke recently enough (`spec/FLEET.md`): verbs to an offline host are refused unsent.
+    pub online: bool,
+    /// Its runs the fleet lists.
+    pub runs: u64,
+    /// The id of the home its relay publishes (`Harness-Home`).
+    pub home: Option<String>,
+    /// The machine its relay runs on (its hostname).
+    pub machine: Option<String>,
+    /// The relay's harness version.
+    pub version: Option<String>,
 }
 
 /// One `GET /watch` event's data (`spec/WATCH.md`).
@@ -765,6 +821,9 @@ pub struct WatchEvent {
     /// Such a line's text (its first 4 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bad: Option<String>,
+    /// The fleet host whose run this is (added with the fleet: only a fleet API's answers carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
 }
 
 /// How a commit or a worktree changed one path (`git diff --name-status`).
@@ -906,6 +965,48 @@ pub struct StreamEnd {
     pub last_seq: Option<String>,
     /// What ended it, in words.
     pub detail: String,
+}
+
+impl StreamEnd {
+    /// The end of a task's stream, if it is over: the task committed (`sha`) or skipped, its run
+    /// over, or (`not_live`) no supervisor answering for it. The words are the same wherever the
+    /// stream is served from (a home's API, a fleet's).
+    pub fn of(
+        run: &RunId,
+        task: &TaskId,
+        (state, sha): (TaskState, Option<&str>),
+        run_status: RunStatus,
+        not_live: bool,
+        last_seq: Option<String>,
+    ) -> Option<StreamEnd> {
+        let (reason, detail) = match state {
+            TaskState::Committed => (
+                EndReason::TaskOver,
+                match sha {
+                    Some(sha) => format!("task {task} was committed ({sha})"),
+                    None => format!("task {task} was committed"),
+                },
+            ),
+            TaskState::Skipped => (EndReason::TaskOver, format!("task {task} was skipped")),
+            _ if run_status.is_over() => (
+                EndReason::RunOver,
+                format!(
+                    "the run {}; task {task} is {}",
+                    crate::wire::name_of(&run_status),
+                    crate::wire::name_of(&state)
+                ),
+            ),
+            _ if not_live => (
+                EndReason::NotLive,
+                format!(
+                    "no supervisor answers for run {run} (it {}): nothing more follows until one runs it",
+                    if run_status == RunStatus::Pending { "has not started" } else { "stopped without ending the run" }
+                ),
+            ),
+            _ => return None,
+        };
+        Some(StreamEnd { run_id: run.clone(), task: task.clone(), reason, state, run_status, last_seq, detail })
+    }
 }
 
 /// What an answer says of itself: `{ok: false, detail}` for every error; a verb's answer carries

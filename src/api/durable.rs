@@ -179,6 +179,9 @@ impl Durable {
             run,
             live,
             supervisor,
+            host: None,
+            host_seen: None,
+            host_online: None,
             plan: views::PlanView { waves },
             unplanned_tasks: unplanned,
             pending_steers: v.pending_steers.len() as u64,
@@ -236,7 +239,7 @@ impl Durable {
         let mut list: Vec<&crate::state::journal::ApprovalView> =
             files.view.approvals.values().filter(|a| state.is_none_or(|s| a.state.as_str() == s)).collect();
         list.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
-        Ok(views::Approvals { run_id: run.clone(), approvals: list.into_iter().map(Into::into).collect() })
+        Ok(views::Approvals { run_id: run.clone(), approvals: list.into_iter().map(Into::into).collect(), host: None })
     }
 
     /// `GET /runs/:runId/tasks/:tid`: binding, journal state, session, liveness (pid/runtime/idle), log.
@@ -266,6 +269,7 @@ impl Durable {
         facts.commit = self.task_commit(&files, task, attempt.as_ref());
         let of_task = |t: &TaskId| t == task;
         Ok(views::TaskDetail {
+            host: None,
             run_id: run.clone(),
             task: task.clone(),
             facts,

@@ -306,7 +306,7 @@ impl Watch {
 fn frame(id: &str, run: &RunId, line: u64, raw: &[u8]) -> Bytes {
     let record = serde_json::from_slice::<Value>(raw).ok().filter(|r| !r.is_null());
     let bad = record.is_none().then(|| String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned());
-    let data = WatchEvent { v: "watch/v1".into(), run: run.clone(), line, record, bad };
+    let data = WatchEvent { v: "watch/v1".into(), run: run.clone(), line, record, bad, host: None };
     let data = serde_json::to_string(&data).expect("a watch event serializes");
     Bytes::from(format!("id: {id}\ndata: {data}\n\n"))
 }

@@ -46,6 +46,9 @@ pub enum Origin {
     Remote,
     /// A local peer the kernel could not place (a socket already closed, another OS).
     Unknown,
+    /// A request a fleet relay carries for a client of a fleet API (`spec/FLEET.md`): no local
+    /// process sent it; the fleet API's guard and the NATS credentials judged its sender.
+    Relayed,
 }
 
 impl Conn {
@@ -74,7 +77,7 @@ impl Conn {
             // 0: a peer in a pid namespace this process cannot see.
             Origin::Pid(0) => Err("cannot tell which process sent this request (its pid is not visible here)".into()),
             Origin::Pid(p) => Ok(Some(p)),
-            Origin::Remote => Ok(None),
+            Origin::Remote | Origin::Relayed => Ok(None),
             Origin::Socket(inode) => crate::os::peer::socket_holder(inode).map(Some).ok_or_else(|| {
                 format!("cannot tell which process sent this request (no process holds its socket, inode {inode})")
             }),

@@ -11,6 +11,7 @@
 pub mod change;
 pub mod durable;
 pub mod feed;
+pub mod fleet;
 pub mod guard;
 pub mod overview;
 pub mod routes;
@@ -35,6 +36,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub type Body = BoxBody<Bytes, Infallible>;
+/// A request's body: hyper's from a connection, or the bytes a fleet relay carries (`answer_relayed`).
+/// (hyper's error type for both: bytes in hand cannot fail.)
+pub type ReqBody = BoxBody<Bytes, hyper::Error>;
 
 /// How the API is configured.
 #[derive(Debug, Clone)]
@@ -85,6 +89,8 @@ pub struct Api {
     pub owner_uid: u32,
     /// `Harness-Home` on every answer: the id of the home this API serves (`Home::id`).
     pub home_id: HeaderValue,
+    /// A fleet API (`harness api --fleet`): its views come from NATS JetStream, not from the home.
+    pub fleet: Option<Arc<fleet::Fleet>>,
 }
 
 impl Api {
@@ -102,6 +108,7 @@ impl Api {
             token: std::sync::RwLock::new(cfg_token),
             owner_uid: crate::os::peer::own_uid(),
             home_id,
+            fleet: None,
         }
     }
 }
@@ -236,10 +243,21 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
         .map_err(|e| error_response(StatusCode::INTERNAL_SERVER_ERROR, format!("worker failed: {e}")))
 }
 
+/// A connection's request body as `ReqBody`.
+fn req_body(b: Incoming) -> ReqBody {
+    b.boxed()
+}
+
+/// Bytes in hand as a request body (what a fleet relay carries).
+pub fn req_bytes(b: Bytes) -> ReqBody {
+    Full::new(b).map_err(|never| match never {}).boxed()
+}
+
 /// Handles one request: Host, then Origin, then who the peer is (uid or token), then route and
 /// method.
 pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let via = conn.via;
+    let req = req.map(req_body);
     if let Err(detail) = guard::check_host(req.headers(), via) {
         return Ok(edge_refusal(&conn, &req, StatusCode::FORBIDDEN, detail));
     }
@@ -268,18 +286,62 @@ pub const EXPOSED: &str = "Harness-Next-After, Harness-More, Harness-Total, Harn
 
 /// A refusal before any run is looked at. Those of a verb (any method but GET) are logged with the
 /// peer's uid: they cannot be tied to a run's journal (`audit::edge`).
-fn edge_refusal(conn: &Conn, req: &Request<Incoming>, status: StatusCode, detail: String) -> Response<Body> {
+fn edge_refusal(conn: &Conn, req: &Request<ReqBody>, status: StatusCode, detail: String) -> Response<Body> {
     if req.method() != hyper::Method::GET {
         crate::state::audit::edge(conn.uid, req.method().as_str(), req.uri().path(), status.as_u16(), &detail);
     }
     error_response(status, detail)
 }
 
-async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &guard::OriginOk) -> Response<Body> {
-    let route = match routes::route(req.uri().path()) {
+/// The request's route, and the host a fleet's `/hosts/<host>/…` prefix names; the refusal when
+/// the path is no route.
+fn routed(conn: &Conn, req: &Request<ReqBody>) -> Result<(Option<crate::ids::HostName>, Route), Response<Body>> {
+    let refuse = |e: RouteError| {
+        let status = if matches!(e, RouteError::NotFound(_)) { StatusCode::NOT_FOUND } else { StatusCode::BAD_REQUEST };
+        edge_refusal(conn, req, status, e.to_string())
+    };
+    let (host, path) = routes::split_host(req.uri().path()).map_err(refuse)?;
+    let route = routes::route(path).map_err(refuse)?;
+    Ok((host, route))
+}
+
+/// The 405 of a method the route does not answer.
+fn method_refusal(conn: &Conn, req: &Request<ReqBody>, route: &Route) -> Option<Response<Body>> {
+    if route.methods().contains(&req.method().as_str()) {
+        return None;
+    }
+    let detail = format!("{} not allowed here; allowed: {}", req.method(), route.methods().join(", "));
+    let mut r = edge_refusal(conn, req, StatusCode::METHOD_NOT_ALLOWED, detail);
+    r.headers_mut().insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
+    Some(r)
+}
+
+/// A request a fleet relay carries for a client of a fleet API (`spec/FLEET.md`): routed and
+/// answered as one of this home's own. The fleet API checked Host, Origin and its client's token;
+/// no local process sent it, so the operator-only verbs have no local sender to judge (the NATS
+/// credentials stand for it: SECURITY.md). Streams are not carried this way (a 400).
+pub async fn answer_relayed(api: Arc<Api>, req: Request<ReqBody>) -> Response<Body> {
+    let conn = Conn { via: guard::Via::Unix, uid: Some(api.owner_uid), origin: guard::Origin::Relayed, tokened: true };
+    let (host, route) = match routed(&conn, &req) {
         Ok(r) => r,
-        Err(e @ RouteError::NotFound(_)) => return edge_refusal(&conn, &req, StatusCode::NOT_FOUND, e.to_string()),
-        Err(e) => return edge_refusal(&conn, &req, StatusCode::BAD_REQUEST, e.to_string()),
+        Err(r) => return r,
+    };
+    if host.is_some() || matches!(route, Route::Watch | Route::Stream(..) | Route::Feed(..) | Route::Hosts) {
+        return error_response(StatusCode::BAD_REQUEST, "a relay answers one request at a time: no stream, no /hosts");
+    }
+    if let Some(r) = method_refusal(&conn, &req, &route) {
+        return r;
+    }
+    let home_id = api.home_id.clone();
+    let mut resp = dispatch(api, route, req, conn).await.unwrap_or_else(|r| r);
+    resp.headers_mut().insert("harness-home", home_id);
+    resp
+}
+
+async fn respond(api: Arc<Api>, conn: Conn, req: Request<ReqBody>, origin: &guard::OriginOk) -> Response<Body> {
+    let (host, route) = match routed(&conn, &req) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     let get = route.methods()[0] == "GET";
     // CORS preflight: answered before the token check (browsers send no credentials on it).
@@ -301,10 +363,7 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
         }
         return r;
     }
-    if !route.methods().contains(&req.method().as_str()) {
-        let detail = format!("{} not allowed here; allowed: {}", req.method(), route.methods().join(", "));
-        let mut r = edge_refusal(&conn, &req, StatusCode::METHOD_NOT_ALLOWED, detail);
-        r.headers_mut().insert(ALLOW, HeaderValue::from_static(route.methods()[0]));
+    if let Some(r) = method_refusal(&conn, &req, &route) {
         return r;
     }
     let token = api.token.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -321,13 +380,20 @@ async fn respond(api: Arc<Api>, conn: Conn, req: Request<Incoming>, origin: &gua
             return error_response(StatusCode::FORBIDDEN, detail);
         }
     };
-    dispatch(api, route, req, conn).await.unwrap_or_else(|r| r)
+    match (api.fleet.clone(), host) {
+        (Some(fleet), host) => fleet::dispatch(api, fleet, host, route, req, conn).await.unwrap_or_else(|r| r),
+        (None, Some(h)) => error_response(
+            StatusCode::NOT_FOUND,
+            format!("no host {h} here: this API serves one home; /hosts/… is a fleet API's (harness api --fleet)"),
+        ),
+        (None, None) => dispatch(api, route, req, conn).await.unwrap_or_else(|r| r),
+    }
 }
 
 async fn dispatch(
     api: Arc<Api>,
     route: Route,
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
     peer: Conn,
 ) -> Result<Response<Body>, Response<Body>> {
     use crate::control::Name;
@@ -381,6 +447,10 @@ async fn dispatch(
         Route::Pause(run) => verbs::verb(api, run, None, Name::Pause, req, peer).await,
         Route::Resume(run) => verbs::verb(api, run, None, Name::Resume, req, peer).await,
         Route::Budget(run) => verbs::verb(api, run, None, Name::Budget, req, peer).await,
+        Route::Hosts => Err(error_response(
+            StatusCode::NOT_FOUND,
+            "no hosts here: this API serves one home; /hosts is a fleet API's (harness api --fleet)",
+        )),
     }
 }
 
@@ -409,7 +479,7 @@ fn diff_stat(q: Option<&str>) -> Result<bool, Response<Body>> {
 }
 
 /// `GET /watch`: every run's journal records as SSE, from `Last-Event-ID` or `since=now`.
-async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+async fn watch(api: Arc<Api>, req: Request<ReqBody>) -> Result<Response<Body>, Response<Body>> {
     let q = req.uri().query().map(str::to_string);
     // Every parameter is one /watch knows (as GET /runs): a misspelt filter is a 400, not every run.
     let mut runs = Vec::new();
@@ -461,7 +531,7 @@ async fn watch(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, 
 }
 
 /// `GET /runs`: one page of the overview, its cursor and totals in headers.
-async fn runs(api: Arc<Api>, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+async fn runs(api: Arc<Api>, req: Request<ReqBody>) -> Result<Response<Body>, Response<Body>> {
     let (q, clamped) = overview_query(req.uri().query())?;
     // Taken before the page is read: /watch from it repeats at worst a record the page shows, and
     // never misses one.
@@ -492,7 +562,7 @@ async fn live_stream(
     api: Arc<Api>,
     run: RunId,
     task: TaskId,
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
 ) -> Result<Response<Body>, Response<Body>> {
     let after = stream::last_event_id(req.headers(), req.uri().query())?;
     let (a, r, t) = (api.clone(), run.clone(), task.clone());
@@ -531,7 +601,7 @@ async fn events(
     api: Arc<Api>,
     run: RunId,
     task: TaskId,
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
 ) -> Result<Response<Body>, Response<Body>> {
     let q = req.uri().query().map(str::to_string);
     let after = stream::cursor(stream::query_param(q.as_deref(), "after")?.as_deref(), "after")?;
@@ -551,7 +621,7 @@ async fn events(
 
 /// `GET /runs/:id/journal?after=&limit=`: one run's records after line `after`, as watch/v1 JSON
 /// lines (`record`, or `bad` for a line that is not one), paged like `/events`.
-async fn journal(api: Arc<Api>, run: RunId, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+async fn journal(api: Arc<Api>, run: RunId, req: Request<ReqBody>) -> Result<Response<Body>, Response<Body>> {
     let q = req.uri().query().map(str::to_string);
     for kv in q.as_deref().unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
         let k = kv.split_once('=').map_or(kv, |(k, _)| k);
@@ -609,7 +679,14 @@ fn journal_page(pointer: &crate::state::registry::Pointer, after: u64, limit: us
         }
         let record = serde_json::from_slice::<serde_json::Value>(raw).ok().filter(|r| !r.is_null());
         let bad = record.is_none().then(|| String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned());
-        let e = crate::views::WatchEvent { v: "watch/v1".into(), run: pointer.run_id.clone(), line, record, bad };
+        let e = crate::views::WatchEvent {
+            v: "watch/v1".into(),
+            run: pointer.run_id.clone(),
+            line,
+            record,
+            bad,
+            host: None,
+        };
         if serde_json::to_writer(&mut out, &e).is_ok() {
             out.push(b'\n');
         }
@@ -620,7 +697,7 @@ fn journal_page(pointer: &crate::state::registry::Pointer, after: u64, limit: us
 }
 
 /// `GET /runs/:id/approvals`: the run's approvals, optionally of one state.
-async fn approvals(api: Arc<Api>, run: RunId, req: Request<Incoming>) -> Result<Response<Body>, Response<Body>> {
+async fn approvals(api: Arc<Api>, run: RunId, req: Request<ReqBody>) -> Result<Response<Body>, Response<Body>> {
     let q = req.uri().query().map(str::to_string);
     let state = stream::query_param(q.as_deref(), "state")?;
     if let Some(s) = state.as_deref()

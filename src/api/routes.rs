@@ -2,7 +2,7 @@
 //! position demands; anything that is not a valid id (an encoded `/`, `..`, NUL, invalid UTF-8, an
 //! over-long value) is a 400 naming the segment, before any handler or filesystem sees it.
 
-use crate::ids::{IdError, RunId, TaskId};
+use crate::ids::{HostName, IdError, RunId, TaskId};
 
 /// A matched route with its ids already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,9 +41,38 @@ pub enum Route {
     /// The budget verb.
     Budget(RunId),
     Resume(RunId),
+    /// `GET /hosts`: a fleet API's hosts, with when each relay last spoke (added with the fleet).
+    Hosts,
 }
 
 impl Route {
+    /// The run the route addresses (`None`: `/watch`, `/runs`, `/hosts`).
+    pub fn run(&self) -> Option<&RunId> {
+        match self {
+            Route::Watch | Route::Runs | Route::Hosts => None,
+            Route::Run(r)
+            | Route::RunDiff(r)
+            | Route::Journal(r)
+            | Route::Approvals(r)
+            | Route::Pause(r)
+            | Route::Budget(r)
+            | Route::Resume(r)
+            | Route::Task(r, _)
+            | Route::Stream(r, _)
+            | Route::Feed(r, _)
+            | Route::Events(r, _)
+            | Route::TaskDiff(r, _)
+            | Route::Gate(r, _)
+            | Route::Review(r, _)
+            | Route::Steer(r, _)
+            | Route::Kill(r, _)
+            | Route::Interrupt(r, _)
+            | Route::Retry(r, _)
+            | Route::Skip(r, _)
+            | Route::Decide(r, _, _) => Some(r),
+        }
+    }
+
     /// The HTTP methods the route answers (for 405 and `Allow`).
     pub fn methods(&self) -> &'static [&'static str] {
         match self {
@@ -59,7 +88,8 @@ impl Route {
             | Route::Journal(_)
             | Route::Gate(..)
             | Route::Review(..)
-            | Route::Approvals(_) => &["GET"],
+            | Route::Approvals(_)
+            | Route::Hosts => &["GET"],
             Route::Decide(..) => &["POST"],
             Route::Steer(..)
             | Route::Kill(..)
@@ -108,6 +138,20 @@ pub fn percent_decode(s: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "not UTF-8".into())
 }
 
+/// Splits a fleet's host prefix off a path: `/hosts/<host>/runs/…` is `(Some(host), "/runs/…")`
+/// (added with the fleet: one host's run, whichever hosts share its runId); any other path is
+/// itself, with no host.
+pub fn split_host(path: &str) -> Result<(Option<HostName>, &str), RouteError> {
+    let Some(rest) = path.strip_prefix("/hosts/") else { return Ok((None, path)) };
+    let (h, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let h = percent_decode(h).map_err(|e| RouteError::BadSegment(format!("{}: {e}", shorten(h))))?;
+    let host = HostName::parse(&h)?;
+    if tail.is_empty() {
+        return Err(RouteError::NotFound(shorten(path)));
+    }
+    Ok((Some(host), &path[path.len() - tail.len() - 1..]))
+}
+
 /// Matches a path (no query string).
 pub fn route(path: &str) -> Result<Route, RouteError> {
     let not_found = || RouteError::NotFound(shorten(path));
@@ -116,6 +160,9 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
     let segs: Vec<&str> = rest.split('/').collect();
     if segs == ["watch"] {
         return Ok(Route::Watch);
+    }
+    if segs == ["hosts"] {
+        return Ok(Route::Hosts);
     }
     if segs.first() != Some(&"runs") {
         return Err(not_found());
@@ -210,6 +257,18 @@ mod tests {
             let e = route(p).unwrap_err();
             assert!(!matches!(e, RouteError::NotFound(_)), "{p}: {e}");
         }
+    }
+
+    #[test]
+    fn a_host_prefix_is_split_off_and_checked() {
+        let path = format!("/hosts/build-1/runs/{RUN}/tasks/T1");
+        let (h, rest) = split_host(&path).unwrap();
+        assert_eq!(h.unwrap().as_str(), "build-1");
+        assert_eq!(rest, format!("/runs/{RUN}/tasks/T1"));
+        assert_eq!(split_host("/runs").unwrap(), (None, "/runs"));
+        assert!(matches!(split_host("/hosts/Bad.Host/runs"), Err(RouteError::BadId(_))));
+        assert!(matches!(split_host("/hosts/a"), Err(RouteError::NotFound(_))));
+        assert_eq!(route("/hosts").unwrap(), Route::Hosts);
     }
 
     #[test]

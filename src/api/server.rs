@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub grace: Duration,
     /// Re-read the token on SIGHUP (`harness api`); the demo has none to re-read.
     pub reload_token: bool,
+    /// A fleet API (`harness api --fleet`): answered from the fleet, not from the home.
+    pub fleet: Option<Arc<super::fleet::Fleet>>,
 }
 
 /// Why the API could not start serving.
@@ -58,7 +60,9 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let (tx, rx) = watch::channel(false);
-    let api = Arc::new(Api::new(home.clone(), opts.cfg, rx.clone()));
+    let mut api = Api::new(home.clone(), opts.cfg, rx.clone());
+    api.fleet = opts.fleet;
+    let api = Arc::new(api);
     // The SIGHUP handler is in place before any listener is announced.
     if opts.reload_token {
         let reload = api.clone();

@@ -12,7 +12,6 @@ use crate::state::journal::{ControlRecord, Verb};
 use crate::state::registry::Plane;
 use crate::timeouts;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -39,7 +38,7 @@ fn bad(detail: impl Into<String>) -> Refusal {
 /// Reads and checks a JSON body: `application/json` only (415), at most 64 KiB (413), an object
 /// with only the `allowed` fields (400 naming the field). An empty body is `{}`.
 pub async fn json_body(
-    req: hyper::Request<Incoming>,
+    req: hyper::Request<super::ReqBody>,
     allowed: &[&str],
 ) -> Result<serde_json::Map<String, Value>, Refusal> {
     let too_large = || (StatusCode::PAYLOAD_TOO_LARGE, format!("body is larger than {MAX_BODY} bytes"));
@@ -80,6 +79,15 @@ pub async fn json_body(
         return Err(bad(format!("unknown field {k:?} (allowed: {})", allowed.join(", "))));
     }
     Ok(map)
+}
+
+/// The request's `Idempotency-Key` header, checked (a verb sent again with the same key is
+/// answered with the first answer: `spec/CONTROL.md`).
+fn idempotency_key(h: &hyper::HeaderMap) -> Result<Option<String>, Refusal> {
+    let Some(v) = h.get("idempotency-key") else { return Ok(None) };
+    let k = v.to_str().map_err(|_| bad("Idempotency-Key is not ASCII"))?;
+    crate::state::journal::check_idempotency_key(k).map_err(bad)?;
+    Ok(Some(k.to_string()))
 }
 
 fn field_str(map: &serde_json::Map<String, Value>, name: &str) -> Result<Option<String>, Refusal> {
@@ -138,7 +146,10 @@ struct Asked {
 
 /// Checks the body of `verb`. On a refusal, also returns what could be read of `by` and `msg`, for
 /// the record.
-async fn asked(verb: Name, req: hyper::Request<Incoming>) -> Result<Asked, (Refusal, Option<String>, Option<String>)> {
+async fn asked(
+    verb: Name,
+    req: hyper::Request<super::ReqBody>,
+) -> Result<Asked, (Refusal, Option<String>, Option<String>)> {
     // The verb's wire fields, but the task when the path names it, and `by`.
     let spec = verb.spec();
     let mut allowed: Vec<&str> =
@@ -203,7 +214,7 @@ pub async fn verb(
     run: RunId,
     task: Option<TaskId>,
     verb: Name,
-    req: hyper::Request<Incoming>,
+    req: hyper::Request<super::ReqBody>,
     conn: Conn,
 ) -> Result<Response<Body>, Response<Body>> {
     let peer = conn.uid;
@@ -224,6 +235,11 @@ pub async fn verb(
         let rec = crate::state::audit::record(verb.spec().journaled, task.clone(), msg.as_deref(), &by, &detail_rec);
         on_record(journal.clone(), rec, (status, detail))
     };
+    let key = idempotency_key(req.headers());
+    let key = match key {
+        Ok(k) => k,
+        Err(r) => return Err(refused(r, None, None).await),
+    };
     let Asked { by, msg, interrupt, usd, budget_task, reason } = match asked(verb, req).await {
         Ok(a) => a,
         Err((r, by, msg)) => return Err(refused(r, by, msg).await),
@@ -239,7 +255,7 @@ pub async fn verb(
         // The inbox records both ways: `queued` with the entry's id, or `refused`.
         let task2 = task.clone();
         let result = super::blocking(move || {
-            crate::state::inbox::append(&pointer, verb.spec().journaled, task2, msg, interrupt, &by)
+            crate::state::inbox::append(&pointer, verb.spec().journaled, task2, msg, interrupt, &by, key.as_deref())
         })
         .await?;
         return match result {
@@ -260,7 +276,7 @@ pub async fn verb(
         }
     };
     let request = match sender_of(conn, verb).await {
-        Ok(pid) => request.relayed_for(pid),
+        Ok(pid) => request.relayed_for(pid).keyed(key),
         Err(detail) => return Err(refused((StatusCode::FORBIDDEN, detail), Some(asked.by), asked.msg).await),
     };
     // A kill answers once the task's group is gone: the run's kill grace plus a margin.
@@ -396,7 +412,7 @@ pub async fn decide(
     run: RunId,
     task: TaskId,
     id: String,
-    req: hyper::Request<Incoming>,
+    req: hyper::Request<super::ReqBody>,
     conn: Conn,
 ) -> Result<Response<Body>, Response<Body>> {
     let peer = conn.uid;
@@ -419,6 +435,11 @@ pub async fn decide(
             &format!("decide: {detail} ({})", status.as_u16()),
         );
         on_record(journal.clone(), rec, (status, detail))
+    };
+    let key = idempotency_key(req.headers());
+    let key = match key {
+        Ok(k) => k,
+        Err(r) => return Err(refused(r, None).await),
     };
     let body = match json_body(req, &["decision", "message", "by"]).await {
         Ok(b) => b,
@@ -457,7 +478,8 @@ pub async fn decide(
     };
     let request =
         Request::new(Act::Decide(control::Decide { task: task.clone(), id, allow, message }), Some(by.clone()))
-            .relayed_for(for_pid);
+            .relayed_for(for_pid)
+            .keyed(key);
     let reply = match control::request(&sock, &request, timeouts::VERB_ANSWER).await {
         Ok(reply) => reply,
         Err(control::ClientError::NoAnswer { after, .. }) => {

@@ -132,7 +132,7 @@ pub(super) fn inbox_append(
 ) -> Result<(), CliError> {
     let p = pointer(&home()?, run)?;
     let task = task.map(task_id).transpose()?;
-    let e = crate::state::inbox::append(&p, verb, task, msg, interrupt, by).map_err(|e| match e {
+    let e = crate::state::inbox::append(&p, verb, task, msg, interrupt, by, None).map_err(|e| match e {
         crate::state::inbox::InboxError::Invalid(d) => usage(d),
         e => failed(format!("queueing {verb} for run {}", p.run_id), e),
     })?;

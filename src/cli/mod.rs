@@ -357,6 +357,37 @@ harness steer greet-demo greet --comment src/greet.rs:12 \"off by one\"")]
         /// to it as one error event naming the dropped range).
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, value_name = "DURATION")]
         slow_client_grace: std::time::Duration,
+        #[command(flatten)]
+        fleet: FleetArgs,
+    },
+    /// Mirror this home into a fleet's NATS JetStream and answer the fleet for this host.
+    ///
+    /// Publishes every run's journal records, every task's events and the views a fleet API
+    /// serves (`harness api --fleet`), and carries the fleet's verbs, diffs and reviews to this
+    /// home's supervisors. The home's files stay the truth. One relay per home; the host name is
+    /// held by a lease a second relay cannot take while this one lives.
+    ///
+    /// Examples:
+    ///   harness relay --nats nats://nats.internal:4222 --host build-1
+    ///   HARNESS_NATS_USER=relay HARNESS_NATS_PASSWORD=… harness relay --nats tls://nats:4222 --host ci
+    #[command(verbatim_doc_comment)]
+    Relay {
+        /// The NATS servers: nats://HOST:PORT or tls://HOST:PORT, comma-separated (also
+        /// $HARNESS_NATS_URL). Never with a user or password in it: see --creds.
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// This host's name in the fleet, a DNS label (default: this machine's hostname, up to its
+        /// first dot, lowercased).
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
+        /// A NATS credentials file (JWT and nkey seed; also $HARNESS_NATS_CREDS). A user and
+        /// password come from $HARNESS_NATS_USER and $HARNESS_NATS_PASSWORD, a token from
+        /// $HARNESS_NATS_TOKEN, a CA for tls:// from $HARNESS_NATS_CA.
+        #[arg(long, value_name = "FILE")]
+        creds: Option<PathBuf>,
+        /// Replicas of the fleet's streams when this relay creates them (1 on a single server).
+        #[arg(long, default_value_t = 3, value_name = "N")]
+        replicas: usize,
     },
     /// Print the API's bearer token (made when there is none).
     ///
@@ -612,6 +643,25 @@ impl ApiArgs {
         let token = home.and_then(|h| config::api_token(&h).ok().flatten());
         Ok(Client { endpoint, token, home: expect })
     }
+}
+
+/// `harness api --fleet`: serve a fleet from NATS JetStream instead of this home.
+#[derive(clap::Args, Clone)]
+pub(crate) struct FleetArgs {
+    /// Serve every host of the fleet whose relays publish to these NATS servers (nats:// or tls://,
+    /// comma-separated), instead of this home (`spec/FLEET.md`). Credentials as for `harness relay`.
+    #[arg(long, value_name = "URL")]
+    pub fleet: Option<String>,
+    /// A NATS credentials file for --fleet (also $HARNESS_NATS_CREDS).
+    #[arg(long, value_name = "FILE", requires = "fleet")]
+    pub creds: Option<PathBuf>,
+    /// How long a verb (or diff) carried to a host may take before it is a 504 (default: the
+    /// host's own budget for it plus 5 s).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION", requires = "fleet")]
+    pub answer_within: Option<std::time::Duration>,
+    /// Replicas of the fleet's streams when this API creates them (1 on a single server).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub replicas: usize,
 }
 
 /// Supervisor tuning.
@@ -872,7 +922,7 @@ pub fn main() -> i32 {
 /// only for a person's command — a batch `harness run` prints progress lines, its log with `-v`.
 fn log_level(cmd: &Cmd) -> &'static str {
     match cmd {
-        Cmd::Api { .. } | Cmd::Debug(DebugCmd::Supervise { .. }) => "info",
+        Cmd::Api { .. } | Cmd::Relay { .. } | Cmd::Debug(DebugCmd::Supervise { .. }) => "info",
         Cmd::Run { verbose: true, .. } => "info",
         Cmd::Run { supervised: true, foreground: true, .. } => "info",
         Cmd::Session(SessionCmd::Start { foreground: true, .. }) => "info",
@@ -888,6 +938,7 @@ fn writes_home(cmd: &Cmd) -> bool {
     matches!(
         cmd,
         Cmd::Api { .. }
+            | Cmd::Relay { .. }
             | Cmd::Debug(
                 DebugCmd::Registry(RegistryCmd::Add { .. })
                     | DebugCmd::Journal(JournalCmd::Append { .. } | JournalCmd::Reconcile { .. })
@@ -913,7 +964,7 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
         return Err(usage(format!("`harness {name}` has no JSON output; leave out --json")));
     }
     match cmd {
-        Cmd::Api { listen, allow_remote, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace } => {
+        Cmd::Api { listen, allow_remote, unix, allow_origin, heartbeat, stream_buffer, slow_client_grace, fleet } => {
             let flags = start::ApiFlags {
                 listen,
                 allow_remote,
@@ -922,9 +973,11 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
                 heartbeat,
                 stream_buffer,
                 slow_client_grace,
+                fleet,
             };
             start::api(flags)
         }
+        Cmd::Relay { nats, host, creds, replicas } => start::relay(nats, host, creds, replicas),
         Cmd::Debug(d) => debug(d),
         Cmd::Install { user: _, bin, print, unit_dir } => local::install(bin, print, unit_dir.as_deref()),
         Cmd::Stamp { log, cmd } => match crate::os::stamp::run(&log, &cmd) {
@@ -1006,6 +1059,7 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
 fn no_json(cmd: &Cmd) -> Option<&'static str> {
     Some(match cmd {
         Cmd::Api { .. } => "api",
+        Cmd::Relay { .. } => "relay",
         Cmd::Demo { .. } => "demo",
         Cmd::Top { once: false, .. } => "top (without --once)",
         Cmd::Install { .. } => "install",

@@ -92,7 +92,7 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
         "RUN", "STATUS", "WAVE", "DONE", "COST", "ACTIVE", "LIVE", "PROJECT/BRANCH"
     ));
     let mut gone = Vec::new();
-    for RunRow { run: r, live, supervisor } in rows {
+    for RunRow { run: r, live, supervisor, .. } in rows {
         if supervisor == views::Supervisor::Gone {
             gone.push(r.run_id.clone());
         }

@@ -24,6 +24,7 @@ pub(super) struct ApiFlags {
     pub heartbeat: Duration,
     pub stream_buffer: usize,
     pub slow_client_grace: Duration,
+    pub fleet: super::FleetArgs,
 }
 
 fn api_config(home: &Home, f: &mut ApiFlags) -> Result<crate::api::Config, CliError> {
@@ -78,17 +79,61 @@ pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
     crate::os::service::raise_fd_limit();
     // Socket activation: take the fds before the runtime's threads exist.
     let activated = crate::os::service::take_activated();
-    let opts = crate::api::ServeOptions {
+    // A fleet API serves TCP only: the home's Unix socket is that home's own API's.
+    let nats = match &f.fleet.fleet {
+        Some(url) => Some(
+            crate::fleet::Nats::new(url, f.fleet.creds.clone(), f.fleet.replicas, "harness fleet api")
+                .map_err(usage)?,
+        ),
+        None => None,
+    };
+    let unix = if nats.is_some() { f.unix } else { f.unix.or_else(|| own_socket(&home)) };
+    let mut opts = crate::api::ServeOptions {
         cfg,
         tcp: f.listen,
-        unix: f.unix.or_else(|| own_socket(&home)),
+        unix,
         bound: Vec::new(),
         grace: crate::timeouts::API_SHUTDOWN_GRACE,
         reload_token: true,
+        fleet: None,
     };
     let rt = tokio::runtime::Runtime::new().map_err(during("starting the API's runtime"))?;
-    rt.block_on(crate::api::serve(home, opts, activated, crate::os::service::terminated()))
-        .map_err(|e| CliError::Failed(e.to_string()))
+    rt.block_on(async move {
+        if let Some(n) = nats {
+            opts.fleet =
+                Some(crate::api::fleet::Fleet::start(&n, f.fleet.answer_within).await.map_err(CliError::Failed)?);
+        }
+        crate::api::serve(home, opts, activated, crate::os::service::terminated())
+            .await
+            .map_err(|e| CliError::Failed(e.to_string()))
+    })
+}
+
+/// `harness relay`: this home into the fleet's NATS JetStream, until SIGTERM/SIGINT.
+pub(super) fn relay(
+    nats: Option<String>,
+    host: Option<String>,
+    creds: Option<PathBuf>,
+    replicas: usize,
+) -> Result<(), CliError> {
+    let home = home()?;
+    let url = nats
+        .or_else(|| std::env::var("HARNESS_NATS_URL").ok().filter(|u| !u.is_empty()))
+        .ok_or_else(|| usage("--nats URL is required (or $HARNESS_NATS_URL), e.g. nats://127.0.0.1:4222"))?;
+    let host = match host {
+        Some(h) => h,
+        None => nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().split('.').next().unwrap_or("").to_ascii_lowercase())
+            .map_err(|e| usage(format!("--host is needed: this machine's hostname cannot be read ({e})")))?,
+    };
+    let host = crate::ids::HostName::parse(&host).map_err(|e| usage(format!("--host: {e}")))?;
+    let nats = crate::fleet::Nats::new(&url, creds, replicas, &format!("harness relay {host}")).map_err(usage)?;
+    let rt = tokio::runtime::Runtime::new().map_err(during("starting the relay's runtime"))?;
+    rt.block_on(crate::relay::run(home, crate::relay::Options { host, nats }, crate::os::service::terminated()))
+        .map_err(|e| match e {
+            crate::relay::RelayError::Refused(d) => CliError::Usage(d),
+            crate::relay::RelayError::Failed(d) => CliError::Failed(d),
+        })
 }
 
 /// `harness api`'s Unix socket when none is named: `$HARNESS_HOME/sock/api.sock`, so the CLI of

@@ -166,11 +166,19 @@ pub struct Request {
     /// The process a relay (the API) asks for: its own client's pid, judged by the operator-only
     /// rule as the relay's own is (`for_pid` on the wire; absent: nobody else's).
     pub for_pid: Option<u32>,
+    /// The client's `Idempotency-Key` (`idempotency_key` on the wire, added): a repeat of it is
+    /// answered with the first answer, never carried out again.
+    pub idempotency_key: Option<String>,
 }
 
 impl Request {
     pub fn new(act: Act, by: Option<String>) -> Request {
-        Request { act, by, for_pid: None }
+        Request { act, by, for_pid: None, idempotency_key: None }
+    }
+
+    /// The request with the client's `Idempotency-Key`.
+    pub fn keyed(self, key: Option<String>) -> Request {
+        Request { idempotency_key: key, ..self }
     }
 
     /// The request relayed for the process `pid` (the API's peer, where it could tell it).
@@ -435,6 +443,8 @@ struct Wire {
     reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     for_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idempotency_key: Option<String>,
 }
 
 impl Wire {
@@ -475,13 +485,22 @@ impl TryFrom<Wire> for Request {
         if let Some((field, _)) = w.given().iter().find(|(f, set)| *set && !fields.contains(f)) {
             return Err(format!("field {field} does not apply to {name}"));
         }
-        Ok(Request { act: Act::read(name, &w)?, by: w.by, for_pid: w.for_pid })
+        if let Some(k) = &w.idempotency_key {
+            journal::check_idempotency_key(k)?;
+        }
+        Ok(Request { act: Act::read(name, &w)?, by: w.by, for_pid: w.for_pid, idempotency_key: w.idempotency_key })
     }
 }
 
 impl From<Request> for Wire {
     fn from(r: Request) -> Wire {
-        let mut w = Wire { verb: r.verb().to_string(), by: r.by, for_pid: r.for_pid, ..Wire::default() };
+        let mut w = Wire {
+            verb: r.verb().to_string(),
+            by: r.by,
+            for_pid: r.for_pid,
+            idempotency_key: r.idempotency_key,
+            ..Wire::default()
+        };
         r.act.write(&mut w);
         w
     }

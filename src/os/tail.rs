@@ -99,6 +99,8 @@ fn scan(f: &mut File, mut pos: u64, mut cur: u64, want: u64, mut seen: impl FnMu
 
 /// Complete lines read, each with its 1-based ordinal (without the `\n`).
 pub type Lines = Vec<(u64, Vec<u8>)>;
+/// Complete lines read, each with its ordinal and the byte offset where it starts.
+pub type LinesAt = Vec<(u64, u64, Vec<u8>)>;
 
 /// A reader positioned at a line ordinal of a file.
 pub struct Tail {
@@ -111,6 +113,8 @@ pub struct Tail {
     next_line: u64,
     /// Bytes of an incomplete last line.
     partial: Vec<u8>,
+    /// Where the next line to return starts (the incomplete line's first byte).
+    line_start: u64,
     /// The read buffer, reused across reads (one per stream: it bounds a stream's memory).
     buf: Vec<u8>,
 }
@@ -134,6 +138,7 @@ impl Tail {
             offset: 0,
             next_line: 1,
             partial: Vec::new(),
+            line_start: 0,
             buf: Vec::new(),
         };
         match index.offset_of(path, line) {
@@ -142,12 +147,33 @@ impl Tail {
                 t.ino = f.metadata()?.ino();
                 t.file = Some(f);
                 t.offset = off;
+                t.line_start = off;
                 t.next_line = cur;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
         Ok(t)
+    }
+
+    /// A tail whose first returned line is `line`, known to start at byte `offset` (where an earlier
+    /// reader stopped: no scan for it). The file may not exist yet.
+    pub fn at_offset(path: &Path, offset: u64, line: u64) -> Tail {
+        Tail {
+            path: path.to_path_buf(),
+            file: None,
+            ino: 0,
+            offset,
+            next_line: line.max(1),
+            partial: Vec::new(),
+            line_start: offset,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Where the next line this tail will return starts.
+    pub fn next_offset(&self) -> u64 {
+        self.line_start
     }
 
     pub fn path(&self) -> &Path {
@@ -162,6 +188,13 @@ impl Tail {
     /// Reads what is available now (at most ~`max` bytes) and returns the complete lines with their
     /// ordinals (each line without its `\n`).
     pub fn read_available(&mut self, max: usize) -> io::Result<(Lines, TailState)> {
+        let (lines, state) = self.read_available_at(max)?;
+        Ok((lines.into_iter().map(|(n, _, l)| (n, l)).collect(), state))
+    }
+
+    /// `read_available`, with where each line starts in the file (a giant line cut at
+    /// `MAX_LINE` keeps its true start, and the next line its own).
+    pub fn read_available_at(&mut self, max: usize) -> io::Result<(LinesAt, TailState)> {
         if self.file.is_none() {
             match File::open(&self.path) {
                 Ok(f) => {
@@ -184,6 +217,7 @@ impl Tail {
         self.buf.resize(max.max(4096), 0);
         let n = f.read(&mut self.buf)?;
         let buf = &self.buf[..n];
+        let read_at = self.offset;
         self.offset += n as u64;
         let mut lines = Vec::new();
         let mut start = 0;
@@ -194,9 +228,10 @@ impl Tail {
             let mut line = std::mem::take(&mut self.partial);
             let part = &buf[start..nl];
             line.extend_from_slice(&part[..held(line.len(), part)]);
-            lines.push((self.next_line, line));
+            lines.push((self.next_line, self.line_start, line));
             self.next_line += 1;
             start = nl + 1;
+            self.line_start = read_at + start as u64;
         }
         let rest = &buf[start..];
         let keep = held(self.partial.len(), rest);

@@ -71,9 +71,18 @@ pub fn append(
     msg: Option<String>,
     interrupt: bool,
     by: &str,
+    key: Option<&str>,
 ) -> Result<Entry, InboxError> {
     let by = journal::clip_by(by);
     let journal = Journal::open(&p.journal_path())?;
+    // A keyed entry's id is its key's: a repeat finds the first entry (queued once, under the
+    // journal's lock) and is answered with it.
+    let id = key.map_or_else(|| uuid::Uuid::new_v4().to_string(), keyed_id);
+    if key.is_some()
+        && let Some(first) = queued_entry(&journal, &id)?
+    {
+        return Ok(first);
+    }
     let refuse = |e: InboxError| -> InboxError {
         let rec = crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &e.to_string());
         match crate::state::audit::on_record(&journal, rec, &e.to_string()) {
@@ -84,7 +93,7 @@ pub fn append(
     let seat = check(p, verb, task.as_ref(), msg.as_deref()).map_err(&refuse)?;
     let entry = Entry {
         v: VERSION.into(),
-        id: uuid::Uuid::new_v4().to_string(),
+        id: id.clone(),
         ts: journal::now_rfc3339(),
         verb,
         task: task.clone(),
@@ -101,7 +110,12 @@ pub fn append(
         ..Record::control(verb, &by, Outcome::Queued)
     };
     let mut why: Option<String> = None;
+    let mut repeat = false;
     let appended = journal.append_checked(&queued.into(), |v| {
+        if v.control_ids.contains_key(&id) {
+            repeat = true;
+            return Err(journal::JournalError::Invalid(format!("entry {id} is queued already")));
+        }
         // The DynWF agent knows its sessions: no session check here.
         why =
             task.as_ref().and_then(|t| journal::SteerRefusal::check(seat, v.tasks.get(t), false).map(|r| r.detail(t)));
@@ -110,6 +124,9 @@ pub fn append(
             None => Ok(()),
         }
     });
+    if repeat && let Some(first) = queued_entry(&journal, &id)? {
+        return Ok(first);
+    }
     match (appended, why) {
         (Ok(_), _) => {}
         (Err(_), Some(detail)) => return Err(refuse(refused(detail))),
@@ -129,6 +146,44 @@ pub fn append(
         });
     }
     Ok(entry)
+}
+
+/// The entry id of an `Idempotency-Key`: a hash, so any key makes a well-formed id.
+fn keyed_id(key: &str) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = h.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("key-{hex}")
+}
+
+/// The entry queued with `id`, as its `queued` record holds it.
+fn queued_entry(journal: &Journal, id: &str) -> Result<Option<Entry>, InboxError> {
+    if !journal.view()?.control_ids.contains_key(id) {
+        return Ok(None);
+    }
+    let path = journal.path();
+    let len = std::fs::metadata(path).map_err(io("cannot read the journal", path))?.len();
+    let mut found = None;
+    crate::os::tail::each_line(path, 0, len, |raw| {
+        let Ok(rec) = journal::parse_line(raw) else { return };
+        if found.is_none()
+            && let journal::Body::Control(c) = &rec.body
+            && c.outcome == Outcome::Queued
+            && c.id.as_deref() == Some(id)
+        {
+            found = Some(Entry {
+                v: VERSION.into(),
+                id: id.to_string(),
+                ts: rec.ts.clone(),
+                verb: c.verb,
+                task: c.task.clone(),
+                msg: c.msg.clone(),
+                interrupt: c.interrupt,
+                by: c.by.clone(),
+            });
+        }
+    });
+    Ok(found)
 }
 
 /// The request's own checks (before anything is recorded as queued): the run's plane, the verb,

@@ -331,38 +331,9 @@ pub fn stream_end(
     last_seq: Option<String>,
 ) -> Option<views::StreamEnd> {
     let t = view.tasks.get(task);
-    let state = t.map(|t| t.state);
-    let (reason, detail) = match state {
-        Some(TaskState::Committed) => (
-            views::EndReason::TaskOver,
-            match t.and_then(|t| t.sha.as_deref()) {
-                Some(sha) => format!("task {task} was committed ({sha})"),
-                None => format!("task {task} was committed"),
-            },
-        ),
-        Some(TaskState::Skipped) => (views::EndReason::TaskOver, format!("task {task} was skipped")),
-        _ if view.status.is_over() => (
-            views::EndReason::RunOver,
-            format!("the run {}; task {task} is {}", view.status, state.map_or("pending", TaskState::as_str)),
-        ),
-        _ if not_live => (
-            views::EndReason::NotLive,
-            format!(
-                "no supervisor answers for run {run} (it {}): nothing more follows until one runs it",
-                if view.status == RunStatus::Pending { "has not started" } else { "stopped without ending the run" }
-            ),
-        ),
-        _ => return None,
-    };
-    Some(views::StreamEnd {
-        run_id: run.clone(),
-        task: task.clone(),
-        reason,
-        state: state.map_or(views::TaskState::Pending, Into::into),
-        run_status: view.status.into(),
-        last_seq,
-        detail,
-    })
+    let state = t.map_or(views::TaskState::Pending, |t| t.state.into());
+    let sha = t.and_then(|t| t.sha.as_deref());
+    views::StreamEnd::of(run, task, (state, sha), view.status.into(), not_live, last_seq)
 }
 
 #[cfg(test)]

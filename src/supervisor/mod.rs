@@ -10,6 +10,7 @@
 pub mod abandoned;
 mod approvals;
 mod budget;
+mod idempotency;
 mod keeper;
 pub mod kill;
 mod live;
@@ -245,6 +246,8 @@ struct Scheduler {
     rate_wake: Option<(tokio::time::Instant, Vec<TaskId>)>,
     /// Rate limits in a row (the back-off doubles per one); reset by a commit.
     rate_limits: u32,
+    /// `Idempotency-Key`s being answered now.
+    in_flight: idempotency::InFlight,
 }
 
 /// Runs (or recovers) the run `run_id` until it finishes, fails, or `shutdown` resolves.
@@ -377,6 +380,7 @@ impl Scheduler {
             stalled: HashMap::new(),
             rate_wake: None,
             rate_limits: 0,
+            in_flight: Default::default(),
         }
     }
 

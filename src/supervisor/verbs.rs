@@ -39,6 +39,7 @@ impl Scheduler {
             None => tracing::info!(RUN_ID = %self.ctx.run_id, VERB = req.verb(), by = %by, "control verb"),
         }
         self.idle_since = None;
+        let Some(reply) = self.idempotent(&req, reply) else { return };
         if req.name().spec().sender == control::Sender::Operator
             && let Some(refusal) = self.sent_from_inside(&req, [peer, req.for_pid])
         {

@@ -12,6 +12,7 @@ mod cli;
 mod cursors;
 mod engine_values;
 mod faults;
+mod fleet;
 mod foundation;
 mod hostile;
 mod integrity;

@@ -138,9 +138,15 @@ fn every_view_keeps_its_keys_and_json_types() {
 fn a_newer_apis_views_read() {
     use crate::openapi::types;
     use harness::views::*;
-    let mut row =
-        serde_json::to_value(RunRow { run: types::summary(types::health()), live: true, supervisor: Supervisor::Live })
-            .unwrap();
+    let mut row = serde_json::to_value(RunRow {
+        run: types::summary(types::health()),
+        live: true,
+        supervisor: Supervisor::Live,
+        host: None,
+        host_seen: None,
+        host_online: None,
+    })
+    .unwrap();
     row["host"] = "build-3".into();
     row["status"] = "archived".into();
     row["plane"] = "fleet".into();

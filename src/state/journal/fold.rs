@@ -191,6 +191,10 @@ pub struct RunView {
     /// The tasks stalled now (a `stalled` mark with no `unstalled` or task record after it), with
     /// when their output stopped.
     pub stalled_now: BTreeMap<TaskId, String>,
+    /// Every `Idempotency-Key` the run's verbs carried, with the first answer (`None`: asked, not
+    /// yet answered).
+    #[serde(skip)]
+    pub idempotency: BTreeMap<String, Option<serde_json::Value>>,
 }
 
 /// An attention mark as the views show it.
@@ -230,6 +234,7 @@ impl Default for RunView {
             started_at: None,
             finished_at: None,
             stalled_now: BTreeMap::new(),
+            idempotency: BTreeMap::new(),
         }
     }
 }
@@ -239,7 +244,10 @@ impl RunView {
     /// transition found on replay (a hand-edited file) is kept as the last state and reported.
     fn apply(&mut self, line: u64, rec: &Record) {
         self.records += 1;
-        if !matches!(&rec.body, Body::Control(c) if c.outcome == Outcome::Refused) {
+        // A refusal and an Idempotency-Key's bookkeeping are on the record, and are no activity.
+        if !matches!(&rec.body, Body::Control(c) if c.outcome == Outcome::Refused)
+            && !matches!(rec.body, Body::Idempotency(_))
+        {
             self.last_ts = Some(rec.ts.clone());
         }
         match &rec.body {
@@ -278,6 +286,12 @@ impl RunView {
             }
             Body::Approval(a) => self.apply_approval(rec, a),
             Body::Control(c) => self.apply_control(rec, line, c),
+            Body::Idempotency(i) => {
+                let first = self.idempotency.entry(i.key.clone()).or_insert(None);
+                if first.is_none() {
+                    *first = i.answer.clone();
+                }
+            }
         }
     }
 

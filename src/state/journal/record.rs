@@ -177,6 +177,37 @@ pub enum Body {
     Approval(ApprovalRecord),
     /// Something that needs a person: `kind` says what, e.g. `stalled`.
     Attention(AttentionRecord),
+    /// A verb sent with an `Idempotency-Key` (added): asked (no `answer` yet), then answered.
+    Idempotency(IdempotencyRecord),
+}
+
+/// A verb carrying an `Idempotency-Key`: journaled `asked` (no `answer`) before it is carried out and
+/// again with its `answer` once it has one, so a repeat of the key is answered with the first answer
+/// and never carried out twice — a restart between the two leaves the key asked with no answer,
+/// and a repeat is refused saying so.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecord {
+    pub key: String,
+    /// The verb's wire name (`steer`, `kill`…).
+    pub verb: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskId>,
+    /// The answer the first request got, as control/v1 writes it (`{"ok":…}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<serde_json::Value>,
+}
+
+/// The longest `Idempotency-Key`, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+/// Checks an `Idempotency-Key` as a client sent it: 1 to 200 visible ASCII characters.
+pub fn check_idempotency_key(k: &str) -> Result<(), String> {
+    if k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY || !k.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters (a UUID, say)"
+        ));
+    }
+    Ok(())
 }
 
 /// A mark for a person's attention, journaled once per occurrence.
@@ -453,6 +484,7 @@ pub(super) fn validate_shape(rec: &Record) -> Result<(), JournalError> {
             Ok(())
         }
         Body::Run(_) | Body::Attention(_) => Ok(()),
+        Body::Idempotency(i) => check_idempotency_key(&i.key).map_err(JournalError::Invalid),
         Body::Approval(a) => {
             if a.id.is_empty() {
                 return Err(JournalError::Invalid("an approval needs an id".into()));

@@ -3,6 +3,7 @@
 //! forged Host headers) over loopback.
 #![allow(dead_code)]
 
+pub mod nats;
 pub mod real;
 pub mod standin;
 

@@ -1,0 +1,451 @@
+//! What the relay publishes of one run (`spec/FLEET.md`), in this order each time the run's files
+//! change: its journal's new lines, its tasks' new events, then its views — so a view that says a
+//! task or run is over comes after everything it reflects. Each journal line and event is one
+//! message whose id is its position, written only over the subject's last message as the relay
+//! last saw it (expected-last-subject-sequence): nothing is published twice, out of order, or past
+//! a gap. Where a subject stands is asked of the stream itself (its last message's headers) at
+//! start and after any failure — never of a local file the relay could lose.
+
+use crate::api::Api;
+use crate::engine::normalize::{self, Context};
+use crate::events::{Seq, Writer};
+use crate::fleet::{self, View, header};
+use crate::ids::{HostName, RunId, TaskId};
+use crate::os::tail::Tail;
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+
+/// What every run's follower shares.
+pub struct Ctx {
+    pub host: HostName,
+    pub js: jetstream::Context,
+    pub api: Arc<Api>,
+    /// Each view subject's content hash as published (read from the stream at start), with the
+    /// journal sequence a row covered.
+    pub published: Mutex<HashMap<String, (String, u64)>>,
+    /// The largest message the servers take.
+    pub max_payload: usize,
+}
+
+/// Where a subject stands: the stream sequence of its last message, and where the next line to
+/// publish starts in its file (its ordinal and byte offset).
+#[derive(Debug, Clone, Copy, Default)]
+struct Position {
+    subject_seq: u64,
+    line: u64,
+    at: u64,
+}
+
+/// A task's events as published: its position and the last event's seq.
+#[derive(Debug, Clone, Default)]
+struct EventsAt {
+    pos: Position,
+    last: Option<Seq>,
+    /// The next line to read (a line may give no event, so this runs ahead of `pos`).
+    next: Position,
+    /// The session its events fall back on when a line names none (the last one seen).
+    session: Option<String>,
+}
+
+/// Why a step stopped.
+#[derive(Debug)]
+enum Failed {
+    /// Another writer moved the subject (or our view of it is stale): ask the stream again.
+    Moved,
+    Nats(String),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Moved => f.write_str("the stream moved under the relay: asking it where it stands"),
+            Failed::Nats(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Follows one run until its pointer is gone (`gone`), then says so on its row.
+pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<bool>) {
+    let mut s = RunSync { ctx, run, journal: None, tasks: BTreeMap::new(), views_at: None, live: false };
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        if *gone.borrow() {
+            s.tombstone().await;
+            return;
+        }
+        let (wakes, pause) = match s.step().await {
+            Ok(()) => {
+                backoff = Duration::from_millis(200);
+                (s.wakes(), if s.live { Duration::from_secs(1) } else { Duration::from_secs(20) })
+            }
+            Err(e) => {
+                tracing::warn!(RUN_ID = %s.run, error = %e, "publishing the run: trying again");
+                s.forget();
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                (Vec::new(), backoff)
+            }
+        };
+        tokio::select! {
+            _ = woken(wakes) => {}
+            _ = tokio::time::sleep(pause) => {}
+            _ = gone.changed() => {}
+        }
+    }
+}
+
+/// Resolves when any of `rxs` is woken (never, for none).
+async fn woken(mut rxs: Vec<broadcast::Receiver<()>>) {
+    if rxs.is_empty() {
+        return std::future::pending().await;
+    }
+    let futs = rxs.iter_mut().map(|r| Box::pin(r.recv()));
+    let _ = futures_util::future::select_all(futs).await;
+}
+
+struct RunSync {
+    ctx: Arc<Ctx>,
+    run: RunId,
+    /// `None`: ask the stream.
+    journal: Option<Position>,
+    tasks: BTreeMap<TaskId, Option<EventsAt>>,
+    /// When views were last computed (they are at most every half second for log-only changes).
+    views_at: Option<(tokio::time::Instant, u64)>,
+    live: bool,
+}
+
+impl RunSync {
+    fn forget(&mut self) {
+        self.journal = None;
+        for t in self.tasks.values_mut() {
+            *t = None;
+        }
+    }
+
+    /// The files whose change wakes this run: its journal, liveness and each task's log.
+    fn wakes(&self) -> Vec<broadcast::Receiver<()>> {
+        let hub = &self.ctx.api.hub;
+        let Ok(p) = self.ctx.api.durable.pointer(&self.run) else { return Vec::new() };
+        let mut paths = vec![p.journal_path(), p.liveness_path()];
+        paths.extend(self.tasks.keys().map(|t| p.default_logfile(t)));
+        paths.iter().filter_map(|p| hub.subscribe(p)).collect()
+    }
+
+    /// Journal, then events, then views.
+    async fn step(&mut self) -> Result<(), Failed> {
+        let journal_changed = self.publish_journal().await?;
+        let api = self.ctx.api.clone();
+        let run = self.run.clone();
+        let detail = crate::api::blocking(move || api.durable.run_detail(&run)).await.ok().and_then(Result::ok);
+        let Some(detail) = detail else { return Ok(()) };
+        self.live = detail.live;
+        let tasks: Vec<TaskId> = detail.task_ids();
+        for t in &tasks {
+            self.tasks.entry(t.clone()).or_insert(None);
+        }
+        for t in tasks {
+            self.publish_events(&t).await?;
+        }
+        let covers = self.journal.map_or(0, |j| j.subject_seq);
+        let due = journal_changed
+            || self.views_at.is_none_or(|(at, c)| c != covers || at.elapsed() >= Duration::from_millis(500));
+        if due {
+            self.publish_views(covers).await?;
+            self.views_at = Some((tokio::time::Instant::now(), covers));
+        }
+        Ok(())
+    }
+
+    /// Where `subject` stands in the stream: its last message's headers (nothing: the start).
+    async fn ask(&self, stream: &str, subject: &str) -> Result<(Position, Option<String>), Failed> {
+        let s = self.ctx.js.get_stream_no_info(stream).await.map_err(|e| Failed::Nats(e.to_string()))?;
+        match s.get_last_raw_message_by_subject(subject).await {
+            Ok(m) => {
+                let h = |n: &str| m.headers.get(n).map(|v| v.as_str().to_string());
+                let num = |n: &str| h(n).and_then(|v| v.parse::<u64>().ok());
+                let line =
+                    num(header::LINE).or_else(|| h(header::SEQ).and_then(|s| Seq::parse(&s).ok()).map(|s| s.line));
+                let pos =
+                    Position { subject_seq: m.sequence, line: line.unwrap_or(0), at: num(header::AT).unwrap_or(0) };
+                Ok((pos, h(header::SEQ)))
+            }
+            Err(e) if matches!(e.kind(), jetstream::stream::LastRawMessageErrorKind::NoMessageFound) => {
+                Ok((Position::default(), None))
+            }
+            Err(e) => Err(Failed::Nats(e.to_string())),
+        }
+    }
+
+    /// Publishes one message over the subject's last; returns its stream sequence.
+    async fn publish(&self, subject: &str, msg: PublishMessage) -> Result<u64, Failed> {
+        let ack = self.ctx.js.send_publish(subject.to_string(), msg).await.map_err(|e| Failed::Nats(e.to_string()))?;
+        match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
+            Ok(Ok(a)) => Ok(a.sequence),
+            Ok(Err(e)) if matches!(e.kind(), PublishErrorKind::WrongLastSequence) => Err(Failed::Moved),
+            Ok(Err(e)) => Err(Failed::Nats(e.to_string())),
+            Err(_) => Err(Failed::Nats("no acknowledgement from JetStream in time".into())),
+        }
+    }
+
+    /// The journal's lines not yet published; whether there were any.
+    async fn publish_journal(&mut self) -> Result<bool, Failed> {
+        let subject = fleet::journal_subject(&self.ctx.host, &self.run);
+        let mut pos = match self.journal {
+            Some(p) => p,
+            None => self.ask(fleet::JOURNAL_STREAM, &subject).await?.0,
+        };
+        self.journal = Some(pos);
+        let Ok(pointer) = self.ctx.api.durable.pointer(&self.run) else { return Ok(false) };
+        let path = pointer.journal_path();
+        let mut any = false;
+        loop {
+            let (lines, _) = read_lines(path.clone(), pos).await;
+            if !lines.iter().any(|l| l.0 > pos.line) {
+                return Ok(any);
+            }
+            for (line, at, raw) in lines {
+                if line > pos.line {
+                    pos = self.publish_line(&subject, pos, (line, at, raw)).await?;
+                    self.journal = Some(pos);
+                    any = true;
+                }
+            }
+        }
+    }
+
+    /// One journal line, over the subject's last message: where the subject then stands.
+    async fn publish_line(
+        &self,
+        subject: &str,
+        mut pos: Position,
+        (line, at, raw): (u64, u64, Vec<u8>),
+    ) -> Result<Position, Failed> {
+        {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert(header::LINE, line.to_string().as_str());
+            h.insert(header::AT, at.to_string().as_str());
+            let msg = PublishMessage::build()
+                .payload(Bytes::from(raw))
+                .headers(h)
+                .message_id(fleet::journal_msg_id(&self.ctx.host, &self.run, line))
+                .expected_last_subject_sequence(pos.subject_seq);
+            pos.subject_seq = self.publish(subject, msg).await?;
+            pos.line = line;
+            pos.at = at;
+        }
+        Ok(pos)
+    }
+
+    /// One task's events not yet published.
+    async fn publish_events(&mut self, task: &TaskId) -> Result<(), Failed> {
+        let subject = fleet::events_subject(&self.ctx.host, &self.run, task);
+        let mut at = match self.tasks.get(task).cloned().flatten() {
+            Some(a) => a,
+            None => {
+                // The last published line again (its later events may be missing), then on.
+                let (pos, seq) = self.ask(fleet::EVENTS_STREAM, &subject).await?;
+                EventsAt { pos, last: seq.and_then(|s| Seq::parse(&s).ok()), next: pos, session: None }
+            }
+        };
+        self.tasks.insert(task.clone(), Some(at.clone()));
+        let (a, r, t) = (self.ctx.api.clone(), self.run.clone(), task.clone());
+        let found = crate::api::blocking(move || crate::api::stream::source(&a, &r, &t).ok()).await;
+        let Ok(Some(src)) = found else {
+            return Ok(());
+        };
+        loop {
+            let (lines, next) = read_lines(src.logfile.clone(), at.next).await;
+            if lines.is_empty() {
+                return Ok(());
+            }
+            self.publish_lines(task, &subject, &src, &mut at, lines).await?;
+            at.next = next;
+            self.tasks.insert(task.clone(), Some(at.clone()));
+        }
+    }
+
+    /// The events of `lines` past the last published, each over the subject's last message.
+    async fn publish_lines(
+        &mut self,
+        task: &TaskId,
+        subject: &str,
+        src: &crate::api::stream::Source,
+        at: &mut EventsAt,
+        lines: Vec<(u64, u64, Vec<u8>)>,
+    ) -> Result<(), Failed> {
+        let times = {
+            let log = src.logfile.clone();
+            tokio::task::spawn_blocking(move || crate::os::stamp::Times::of(&log))
+                .await
+                .map_err(|e| Failed::Nats(e.to_string()))?
+        };
+        let (run, tname) = (self.run.to_string(), task.to_string());
+        let w = Writer::new(&run, &tname);
+        let now = crate::state::journal::now_rfc3339();
+        for (line, start, raw) in lines {
+            let stamped = times.at(line);
+            let session = src.session.clone().or_else(|| at.session.clone());
+            let ctx = Context {
+                run: &run,
+                task: &tname,
+                session: session.as_deref(),
+                observed_ts: stamped.as_deref().unwrap_or(&now),
+            };
+            for e in normalize::normalize_line(src.adapter, line, &raw, &ctx) {
+                if at.last.is_some_and(|l| e.seq <= l) {
+                    continue;
+                }
+                if let Some(s) = &e.session {
+                    at.session = Some(s.to_string());
+                }
+                let mut json = Vec::with_capacity(256);
+                w.write_line(&e, &mut json);
+                json.pop();
+                let json = self.fit(json, &e);
+                let mut h = async_nats::HeaderMap::new();
+                h.insert(header::SEQ, e.seq.to_string().as_str());
+                h.insert(header::AT, start.to_string().as_str());
+                let msg = PublishMessage::build()
+                    .payload(Bytes::from(json))
+                    .headers(h)
+                    .message_id(fleet::event_msg_id(&self.ctx.host, &self.run, task, &e.seq.to_string()))
+                    .expected_last_subject_sequence(at.pos.subject_seq);
+                at.pos.subject_seq = self.publish(subject, msg).await?;
+                at.pos.line = line;
+                at.pos.at = start;
+                at.last = Some(e.seq);
+                self.tasks.insert(task.clone(), Some(at.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// An event too large for one message becomes an `error` event at its seq saying where to
+    /// read it whole (the host's own `/events`).
+    fn fit(&self, json: Vec<u8>, e: &crate::events::Event<'_>) -> Vec<u8> {
+        if json.len() + 4096 <= self.ctx.max_payload {
+            return json;
+        }
+        let big = crate::events::Event {
+            data: crate::events::Data::Error {
+                fatal: false,
+                message: Some(std::borrow::Cow::Owned(format!(
+                    "event {} is {} bytes, more than one message of the fleet's NATS holds: read it from the host's own API (/runs/{}/tasks/{}/events)",
+                    e.seq,
+                    json.len(),
+                    e.run,
+                    e.task
+                ))),
+                reason: Some(std::borrow::Cow::Borrowed("too_large")),
+                raw: None,
+            },
+            ..e.clone()
+        };
+        let mut out = Vec::new();
+        Writer::new(e.run, e.task).write_line(&big, &mut out);
+        out.pop();
+        out
+    }
+
+    /// The run's views (row, detail, approvals, each task), each published when it changed (the
+    /// row also when it covers more of the journal).
+    async fn publish_views(&mut self, covers: u64) -> Result<(), Failed> {
+        let (api, run, host) = (self.ctx.api.clone(), self.run.clone(), self.ctx.host.clone());
+        let views = crate::api::blocking(move || compute_views(&api, &run, &host)).await.unwrap_or_default();
+        for (view, json) in views {
+            let subject = fleet::view_subject(&self.ctx.host, &self.run, &view);
+            let hash = hash_of(&json);
+            let row_covers = if view == View::Row { covers } else { 0 };
+            let same = self.ctx.published.lock().unwrap_or_else(|p| p.into_inner()).get(&subject).cloned();
+            if same.is_some_and(|(h, c)| h == hash && c >= row_covers) {
+                continue;
+            }
+            let mut h = async_nats::HeaderMap::new();
+            h.insert(header::HASH, hash.as_str());
+            if view == View::Row {
+                h.insert(header::COVERS, covers.to_string().as_str());
+            }
+            let msg = PublishMessage::build().payload(Bytes::from(json)).headers(h);
+            let ack = self.ctx.js.send_publish(subject.clone(), msg).await.map_err(|e| Failed::Nats(e.to_string()))?;
+            match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(Failed::Nats(e.to_string())),
+                Err(_) => return Err(Failed::Nats("no acknowledgement from JetStream in time".into())),
+            }
+            self.ctx.published.lock().unwrap_or_else(|p| p.into_inner()).insert(subject, (hash, row_covers));
+        }
+        Ok(())
+    }
+
+    /// The run is gone from the home (pruned): its row says so, and the fleet drops it.
+    async fn tombstone(&self) {
+        let subject = fleet::view_subject(&self.ctx.host, &self.run, &View::Row);
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(header::GONE, "pruned");
+        let msg = PublishMessage::build().payload(Bytes::new()).headers(h);
+        match self.ctx.js.send_publish(subject, msg).await {
+            Ok(ack) => {
+                let _ = tokio::time::timeout(fleet::ACK_WAIT, ack).await;
+            }
+            Err(e) => tracing::warn!(RUN_ID = %self.run, error = %e, "the pruned run's row could not be withdrawn"),
+        }
+    }
+}
+
+/// The complete lines of `path` from `pos` (the line there, and what follows): each with its
+/// ordinal and where it starts, and where the line after them starts. Read off the async workers,
+/// at most ~1 MiB a call (the caller calls again).
+async fn read_lines(path: PathBuf, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, Position) {
+    let first = Position { line: pos.line.max(1), at: if pos.line == 0 { 0 } else { pos.at }, ..pos };
+    tokio::task::spawn_blocking(move || {
+        let mut tail = Tail::at_offset(&path, first.at, first.line);
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        while bytes < 1 << 20 {
+            let Ok((lines, _)) = tail.read_available_at(256 * 1024) else { break };
+            if lines.is_empty() {
+                break;
+            }
+            bytes += lines.iter().map(|l| l.2.len()).sum::<usize>();
+            out.extend(lines);
+        }
+        (out, Position { line: tail.next_line(), at: tail.next_offset(), ..first })
+    })
+    .await
+    .unwrap_or((Vec::new(), pos))
+}
+
+/// Every view of the run as its host's API answers it, with `host` said.
+fn compute_views(api: &Api, run: &RunId, host: &HostName) -> Vec<(View, Vec<u8>)> {
+    let mut out = Vec::new();
+    if let Some(row) = api.durable.overview.row(run)
+        && let Ok(mut row) = serde_json::from_slice::<crate::views::RunRow>(&row)
+    {
+        row.host = Some(host.clone());
+        out.push((View::Row, serde_json::to_vec(&row).unwrap_or_default()));
+    }
+    let Ok(mut detail) = api.durable.run_detail(run) else { return out };
+    detail.host = Some(host.clone());
+    let tasks: Vec<TaskId> = detail.task_ids();
+    out.push((View::Detail, serde_json::to_vec(&detail).unwrap_or_default()));
+    if let Ok(mut a) = api.durable.approvals(run, None) {
+        a.host = Some(host.clone());
+        out.push((View::Approvals, serde_json::to_vec(&a).unwrap_or_default()));
+    }
+    for t in tasks {
+        if let Ok(mut d) = api.durable.task_detail(run, &t) {
+            d.host = Some(host.clone());
+            out.push((View::Task(t), serde_json::to_vec(&d).unwrap_or_default()));
+        }
+    }
+    out
+}
+
+fn hash_of(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).iter().take(12).map(|x| format!("{x:02x}")).collect()
+}

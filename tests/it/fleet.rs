@@ -1,0 +1,570 @@
+//! A fleet on a real NATS JetStream cluster (three `nats-server` nodes on loopback, started here):
+//! two hosts (two homes) with their relays and one fleet API — the fleet's views, events, streams
+//! and `/watch` equal to what each host serves itself, verbs journaled on the host that acted, and
+//! the faults a fleet meets (a node lost, a relay killed again and again, NATS down, a 504).
+
+use crate::common::nats::{Cluster, available};
+use crate::common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+/// One host of the fleet: a home with its run, and its relay (restartable).
+struct Host {
+    b: Bench,
+    name: &'static str,
+    url: String,
+    relay: Option<Proc>,
+    _sup: Option<Proc>,
+}
+
+impl Host {
+    fn new(name: &'static str, url: &str) -> Host {
+        Host { b: Bench::new(), name, url: url.to_string(), relay: None, _sup: None }
+    }
+
+    fn relay_log(&self) -> PathBuf {
+        self.b.dir.path().join("relay.log")
+    }
+
+    /// `harness relay --nats URL --host NAME` for this home.
+    fn start_relay(&mut self) {
+        let log = std::fs::File::options().create(true).append(true).open(self.relay_log()).unwrap();
+        let child = harness(&self.b.home())
+            .args(["relay", "--nats", &self.url, "--host", self.name])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.relay = Some(Proc { child });
+    }
+
+    /// SIGKILL of the relay (no goodbye).
+    fn kill_relay(&mut self) {
+        self.relay = None;
+    }
+
+    fn signal_relay(&self, sig: i32) {
+        let pid = self.relay.as_ref().unwrap().child.id() as i32;
+        // SAFETY: a signal to this test's own child.
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    /// A supervised run of `plan` whose tasks hang (live until the test ends).
+    fn start_live(&mut self, plan: &str) {
+        self._sup = Some(self.b.start_supervised(plan, "hang", &[]));
+    }
+
+    fn log(&self, slug: &str, task: &str) -> PathBuf {
+        self.b.repo().join(format!("runstate/{slug}.logs/{task}.log"))
+    }
+
+    fn journal_lines(&self, slug: &str) -> Vec<String> {
+        let text = std::fs::read_to_string(self.b.repo().join(format!("runstate/{slug}.jsonl"))).unwrap_or_default();
+        text.lines().map(str::to_string).collect()
+    }
+}
+
+/// Appends `n` claude text deltas to a log as the engine would through the stamper: first their
+/// arrival in `LOG.times` (`<first line> <count> <unix ms>`), then the lines.
+fn append(log: &Path, from: usize, n: usize) {
+    let have = std::fs::read(log).unwrap().iter().filter(|b| **b == b'\n').count();
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let mut times =
+        std::fs::OpenOptions::new().append(true).create(true).open(format!("{}.times", log.display())).unwrap();
+    times.write_all(format!("{} {n} {ms}\n", have + 1).as_bytes()).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(log).unwrap();
+    let mut buf = String::new();
+    for i in from..from + n {
+        buf.push_str(&format!(
+            "{{\"type\":\"stream_event\",\"event\":{{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"w{i} \"}}}},\"session_id\":\"s\"}}\n"
+        ));
+    }
+    f.write_all(buf.as_bytes()).unwrap();
+}
+
+/// A fleet API (its own home, for its token) on a free port.
+fn fleet_api(home: &Path, url: &str, extra: &[&str]) -> ApiProc {
+    let mut args = vec!["--fleet", url];
+    args.extend_from_slice(extra);
+    ApiProc::start(home, &args)
+}
+
+/// Every page of `path` (`/events` or `/journal`), concatenated.
+fn all_pages(port: u16, path: &str) -> String {
+    let mut out = String::new();
+    let mut after: Option<String> = None;
+    loop {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let q = match &after {
+            Some(a) => format!("{path}{sep}after={a}&limit=5000"),
+            None => format!("{path}{sep}limit=5000"),
+        };
+        let r = http(port, "GET", &q, &[], None);
+        assert_eq!(r.status, 200, "{q}: {}", r.text());
+        out.push_str(&r.text());
+        after = r.header("harness-next-after").map(str::to_string);
+        if r.header("harness-more") != Some("true") {
+            return out;
+        }
+    }
+}
+
+/// Waits until the fleet's `path` pages equal the host's, byte for byte.
+fn wait_equal(fleet: u16, host: u16, fleet_path: &str, host_path: &str) -> String {
+    let mut last = (String::new(), String::new());
+    let same = wait_for(T, || {
+        let (f, h) = (all_pages(fleet, fleet_path), all_pages(host, host_path));
+        let same = f == h && !h.is_empty();
+        last = (f, h.clone());
+        same.then_some(h)
+    });
+    same.unwrap_or_else(|| {
+        panic!(
+            "{fleet_path}: the fleet's never equalled the host's:\nfleet: {} lines\nhost: {} lines",
+            last.0.lines().count(),
+            last.1.lines().count()
+        )
+    })
+}
+
+fn rows(port: u16) -> Vec<Value> {
+    http(port, "GET", "/runs", &[], None).json().as_array().cloned().unwrap_or_default()
+}
+
+const LIVE_PLAN: &str = r#"{"v":"plan/v1","slug":"live","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x"},
+    {"id":"L","wave":1,"adapter":"claude","prompt":"z","live":true,"approvals":"ask"},{"id":"B","wave":2,"adapter":"claude","prompt":"y"}]}"#;
+const DONE_PLAN: &str = r#"{"v":"plan/v1","slug":"done","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"x [fake-claude:tool]"},
+    {"id":"C","wave":2,"adapter":"codex","prompt":"y [fake-codex:approve]"}]}"#;
+
+/// Two hosts, one fleet API: the fleet lists both hosts' runs with their host, serves each run's
+/// views, a task's events byte for byte as its host does, resumes `/stream` exactly across a
+/// fleet API restart and `/watch` exactly across hosts, and carries steer, pause, kill and an
+/// approval's decision to the host that holds the run, where each is journaled.
+#[test]
+fn a_fleet_serves_two_hosts_as_each_serves_itself_and_carries_verbs_to_them() {
+    if !available() {
+        return;
+    }
+    let nats = Cluster::start(3);
+    let url = nats.url();
+    let mut h1 = Host::new("h1", &url);
+    h1.start_live(LIVE_PLAN);
+    let mut h2 = Host::new("h2", &url);
+    let st = h2.b.harness("tool").arg("run").arg(h2.b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success(), "h2's batch run");
+    h1.start_relay();
+    h2.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &url, &[]);
+    let (api1, api2) = (ApiProc::start(&h1.b.home(), &[]), ApiProc::start(&h2.b.home(), &[]));
+    let mut spec = crate::openapi::Spec::load();
+    let (r1, r2) = (h1.b.run_id(), h2.b.run_id());
+    wait_for(T, || (rows(fleet.port).len() == 2).then_some(())).unwrap_or_else(|| {
+        panic!(
+            "the fleet never listed both runs: {:?}\n{}",
+            rows(fleet.port),
+            std::fs::read_to_string(h1.relay_log()).unwrap()
+        )
+    });
+    let listed: BTreeMap<String, String> = rows(fleet.port)
+        .iter()
+        .map(|r| (r["runId"].as_str().unwrap().into(), r["host"].as_str().unwrap().into()))
+        .collect();
+    assert_eq!(listed, BTreeMap::from([(r1.clone(), "h1".into()), (r2.clone(), "h2".into())]));
+    let hosts = wait_for(T, || Some(fleet.get("/hosts")).filter(|h| h.json()["hosts"].as_array().unwrap().len() == 2))
+        .expect("both hosts");
+    spec.check("GET", "/hosts", &hosts);
+    let hosts = hosts.json();
+    assert!(hosts["hosts"].as_array().unwrap().iter().all(|h| h["online"] == true), "{hosts}");
+    let r = http(fleet.port, "GET", "/runs?host=h2", &[], None);
+    spec.check("GET", "/runs", &r);
+    assert_eq!(r.json().as_array().unwrap().len(), 1);
+    // Every answer of the fleet as openapi.yaml says (a home's own routes, answered for a fleet).
+    for (t, p) in [
+        ("/runs/{runId}", format!("/runs/{r2}")),
+        ("/runs/{runId}", format!("/runs/{r1}")),
+        ("/runs/{runId}", "/runs/0123456789ab--nope".into()),
+        ("/runs/{runId}/tasks/{tid}", format!("/runs/{r2}/tasks/A")),
+        ("/runs/{runId}/tasks/{tid}", format!("/hosts/h2/runs/{r2}/tasks/ZZ")),
+        ("/runs/{runId}/tasks/{tid}/events", format!("/runs/{r2}/tasks/A/events?limit=2")),
+        ("/runs/{runId}/tasks/{tid}/events", format!("/runs/{r2}/tasks/A/events?after=nope")),
+        ("/runs/{runId}/journal", format!("/runs/{r2}/journal?limit=3")),
+        ("/runs/{runId}/approvals", format!("/runs/{r1}/approvals")),
+        ("/runs/{runId}/diff", format!("/runs/{r2}/diff")),
+        ("/runs/{runId}/diff", format!("/runs/{r2}/diff?stat=1")),
+        ("/runs/{runId}/tasks/{tid}/diff", format!("/runs/{r2}/tasks/A/diff?stat=1")),
+        ("/runs/{runId}/tasks/{tid}/gate", format!("/runs/{r2}/tasks/A/gate")),
+        ("/runs/{runId}/tasks/{tid}/review", format!("/runs/{r2}/tasks/C/review")),
+    ] {
+        let r =
+            wait_for(T, || Some(fleet.get(&p)).filter(|r| r.status != 404 || p.contains("nope") || p.contains("ZZ")));
+        spec.check("GET", t, &r.unwrap());
+    }
+
+    // A finished task's events, and a live one's as they grow: byte for byte the host's own.
+    for t in ["A", "C"] {
+        wait_equal(
+            fleet.port,
+            api2.port,
+            &format!("/runs/{r2}/tasks/{t}/events"),
+            &format!("/runs/{r2}/tasks/{t}/events"),
+        );
+    }
+    append(&h1.log("live", "A"), 0, 60);
+    wait_equal(
+        fleet.port,
+        api1.port,
+        &format!("/hosts/h1/runs/{r1}/tasks/A/events"),
+        &format!("/runs/{r1}/tasks/A/events"),
+    );
+    // The views: the host's, with its host said.
+    let detail = wait_for(T, || {
+        let d = fleet.get(&format!("/runs/{r2}")).json();
+        (d["status"] == "finished").then_some(d)
+    })
+    .expect("h2's run finished, as the fleet says");
+    assert_eq!((detail["host"].as_str(), detail["host_online"].as_bool()), (Some("h2"), Some(true)));
+    let own = api2.get(&format!("/runs/{r2}")).json();
+    assert_eq!((&detail["counts"], &detail["plan"]), (&own["counts"], &own["plan"]));
+    let task = fleet.get(&format!("/runs/{r2}/tasks/C")).json();
+    assert_eq!((task["host"].as_str(), task["state"].as_str()), (Some("h2"), Some("committed")));
+    assert_eq!(fleet.get(&format!("/runs/{r2}/tasks/ZZ")).status, 404);
+    let diff = fleet.get(&format!("/runs/{r2}/diff?stat=1"));
+    assert_eq!((diff.status, diff.json()), (200, api2.get(&format!("/runs/{r2}/diff?stat=1")).json()));
+
+    stream_resumes_across_a_fleet_api_restart(&h1, &api1, fleet, fleet_home.path(), &url);
+    let fleet = fleet_api(fleet_home.path(), &url, &[]);
+    watch_is_exact_across_hosts_and_restarts(&[&h1, &h2], fleet, fleet_home.path(), &url);
+    let fleet = fleet_api(fleet_home.path(), &url, &[]);
+    verbs_reach_their_host(&h1, &fleet, &api1);
+}
+
+fn stream_resumes_across_a_fleet_api_restart(h1: &Host, api1: &ApiProc, fleet: ApiProc, fleet_home: &Path, url: &str) {
+    let r1 = h1.b.run_id();
+    let path = format!("/runs/{r1}/tasks/A/stream");
+    let mut c = SseConn::open(fleet.port, &path, &[]);
+    assert_eq!(c.status, 200);
+    let mut got = Vec::new();
+    for _ in 0..30 {
+        got.push(c.next_event().expect("an event").id.unwrap());
+    }
+    drop(c);
+    drop(fleet);
+    append(&h1.log("live", "A"), 60, 40);
+    let fleet = fleet_api(fleet_home, url, &[]);
+    let mut c = SseConn::open(fleet.port, &path, &[("Last-Event-ID", got.last().unwrap())]);
+    let want: Vec<String> = all_pages(api1.port, &format!("/runs/{r1}/tasks/A/events"))
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["seq"].as_str().map(str::to_string).unwrap_or_else(|| v["seq"].to_string())
+        })
+        .collect();
+    while got.len() < want.len() {
+        got.push(c.next_event().expect("the events after the resume point").id.unwrap());
+    }
+    assert_eq!(got, want, "across a fleet API restart: no event twice, none missing");
+}
+
+/// The records of both hosts' journals, each once, per run in journal order; and from the id of a
+/// record in the middle, on a restarted fleet API, exactly the rest.
+fn watch_is_exact_across_hosts_and_restarts(hosts: &[&Host], fleet: ApiProc, fleet_home: &Path, url: &str) {
+    let want: BTreeMap<(String, String), Vec<String>> = hosts
+        .iter()
+        .map(|h| {
+            let slug = h.b.run_id().split("--").nth(1).unwrap().to_string();
+            ((h.name.to_string(), h.b.run_id()), h.journal_lines(&slug))
+        })
+        .collect();
+    let total: usize = want.values().map(Vec::len).sum();
+    let read = |port: u16, last: Option<&str>, n: usize| -> Vec<(String, Value)> {
+        let h: Vec<(&str, &str)> = last.map(|l| vec![("Last-Event-ID", l)]).unwrap_or_default();
+        let mut c = SseConn::open(port, "/watch", &h);
+        let mut out = Vec::new();
+        while out.len() < n {
+            let e = c.next_event().expect("a record");
+            out.push((e.id.unwrap(), serde_json::from_str::<Value>(&e.data).unwrap()));
+        }
+        out
+    };
+    let all = read(fleet.port, None, total);
+    let mut seen: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (_, e) in &all {
+        let key = (e["host"].as_str().unwrap().to_string(), e["run"].as_str().unwrap().to_string());
+        let lines = seen.entry(key).or_default();
+        assert_eq!(e["line"].as_u64().unwrap() as usize, lines.len() + 1, "per run in journal order: {e}");
+        lines.push(serde_json::to_string(&e["record"]).unwrap());
+    }
+    let want_records: BTreeMap<_, Vec<String>> = want
+        .iter()
+        .map(|(k, ls)| {
+            (
+                k.clone(),
+                ls.iter().map(|l| serde_json::to_string(&serde_json::from_str::<Value>(l).unwrap()).unwrap()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(seen, want_records, "every record of both hosts, once");
+    drop(fleet);
+    let fleet = fleet_api(fleet_home, url, &[]);
+    let mid = total / 2;
+    let rest = read(fleet.port, Some(&all[mid - 1].0), total - mid);
+    let ids = |v: &[(String, Value)]| v.iter().map(|(i, _)| i.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&rest), ids(&all[mid..]), "resumed on a restarted fleet API: exactly the rest");
+}
+
+fn verbs_reach_their_host(h1: &Host, fleet: &ApiProc, api1: &ApiProc) {
+    let r1 = h1.b.run_id();
+    let post = |path: &str, body: &str, key: Option<&str>| {
+        let mut h = vec![("Content-Type", "application/json")];
+        if let Some(k) = key {
+            h.push(("Idempotency-Key", k));
+        }
+        http(fleet.port, "POST", path, &h, Some(body.as_bytes()))
+    };
+    let r = post(&format!("/runs/{r1}/tasks/A/steer"), r#"{"msg":"from the fleet","by":"fleet-test"}"#, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("harness-host"), Some("h1"));
+    let r = post(&format!("/hosts/h1/runs/{r1}/pause"), r#"{"by":"fleet-test"}"#, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // An approval asked on h1, decided through the fleet.
+    let sock = h1.b.sock();
+    let asker = std::thread::spawn(move || {
+        control(&sock, &serde_json::json!({"verb":"ask","task":"L","tool":"Bash","input":{"command":"make"}}))
+    });
+    let aid = wait_for(T, || {
+        let a = fleet.get(&format!("/runs/{r1}/approvals?state=pending")).json();
+        a["approvals"].as_array().and_then(|a| a.first()).and_then(|a| a["id"].as_str().map(str::to_string))
+    })
+    .expect("the pending approval, through the fleet");
+    let r = post(&format!("/runs/{r1}/tasks/L/approvals/{aid}"), r#"{"decision":"allow","by":"fleet-test"}"#, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(asker.join().unwrap()["decision"]["behavior"], "allow");
+    let r = post(&format!("/runs/{r1}/tasks/A/kill"), r#"{"by":"fleet-test"}"#, None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Each journaled on the host that acted, by whom the fleet's client said.
+    let journal = h1.b.journal();
+    let by_fleet = |pred: &dyn Fn(&Value) -> bool| journal.iter().any(|r| r["by"] == "fleet-test" && pred(r));
+    assert!(by_fleet(&|r| r["kind"] == "control" && r["verb"] == "steer" && r["msg"] == "from the fleet"));
+    assert!(by_fleet(&|r| r["kind"] == "run" && r["event"] == "paused"));
+    assert!(by_fleet(&|r| r["kind"] == "approval" && r["state"] == "allowed"));
+    assert!(by_fleet(&|r| r["kind"] == "control" && r["verb"] == "kill"));
+    // A run id no host has, a host that does not exist, a bad body: the host's own answers.
+    assert_eq!(post("/runs/0123456789ab--nope/pause", "{}", None).status, 404);
+    assert_eq!(post(&format!("/hosts/h9/runs/{r1}/pause"), "{}", None).status, 404);
+    let r = post(&format!("/runs/{r1}/tasks/A/steer"), r#"{"nope":1}"#, None);
+    let own = http(
+        api1.port,
+        "POST",
+        &format!("/runs/{r1}/tasks/A/steer"),
+        &[("Content-Type", "application/json")],
+        Some(br#"{"nope":1}"#),
+    );
+    assert_eq!((r.status, r.json()), (own.status, own.json()));
+}
+
+/// Everything the host journals and logs reaches the fleet exactly once and in order, whatever
+/// happens between them: a NATS node killed (of three), the relay SIGKILLed and restarted twenty
+/// times, the whole NATS cluster down for thirty seconds — while the agent writes and verbs are
+/// journaled on the host all along. Compared with the host's own answers at the end.
+#[test]
+fn a_fleet_survives_a_lost_node_a_relay_killed_twenty_times_and_nats_down_for_thirty_seconds() {
+    if !available() {
+        return;
+    }
+    let mut nats = Cluster::start(3);
+    let url = nats.url();
+    let mut h1 = Host::new("h1", &url);
+    h1.start_live(LIVE_PLAN);
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &url, &[]);
+    let api1 = ApiProc::start(&h1.b.home(), &[]);
+    let r1 = h1.b.run_id();
+    let events = format!("/runs/{r1}/tasks/A/events");
+    let journal = format!("/runs/{r1}/journal");
+    // The agent writes all along; a verb is journaled on the host now and then.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (log, stop, port, r1) = (h1.log("live", "A"), stop.clone(), api1.port, r1.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                append(&log, n, 3);
+                n += 3;
+                if n % 60 == 0 {
+                    let body = format!(r#"{{"msg":"note {n}","by":"writer"}}"#);
+                    let h = [("Content-Type", "application/json")];
+                    let r = http(port, "POST", &format!("/runs/{r1}/tasks/A/steer"), &h, Some(body.as_bytes()));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    wait_for(T, || (rows(fleet.port).len() == 1).then_some(())).expect("the run, through the fleet");
+    let fleet_lines = |p: &str| all_pages(fleet.port, p).lines().count();
+    wait_for(T, || (fleet_lines(&events) > 10).then_some(())).expect("events through the fleet");
+    // A node lost: nothing stops.
+    nats.kill(0);
+    let before = fleet_lines(&events);
+    wait_for(T, || (fleet_lines(&events) > before + 20).then_some(())).expect("events go on with a node lost");
+    nats.restart(0);
+    // The relay killed and started again, twenty times.
+    for _ in 0..20 {
+        h1.kill_relay();
+        std::thread::sleep(Duration::from_millis(150));
+        h1.start_relay();
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    // NATS down for thirty seconds: the host works on meanwhile.
+    nats.stop_all();
+    std::thread::sleep(Duration::from_secs(30));
+    nats.start_all();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().unwrap();
+    let host_events = wait_equal(fleet.port, api1.port, &format!("/hosts/h1{events}"), &events);
+    let host_journal = all_pages(api1.port, &journal);
+    let same_journal = wait_for(T, || {
+        let f = all_pages(fleet.port, &journal);
+        // The fleet's lines carry their host; the records and lines are the host's.
+        (f.replace(r#","host":"h1""#, "") == host_journal).then_some(())
+    });
+    assert!(
+        same_journal.is_some(),
+        "the fleet's journal of the run is not the host's:\nfleet {} lines, host {} lines\n{}",
+        all_pages(fleet.port, &journal).lines().count(),
+        host_journal.lines().count(),
+        std::fs::read_to_string(h1.relay_log())
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(host_events.lines().count() > 200, "the writer wrote all along");
+    assert!(host_journal.contains("note 60"), "verbs were journaled meanwhile");
+}
+
+/// A verb whose answer is lost (the relay stopped: 504) and sent again with the same
+/// `Idempotency-Key` is carried out once, and the second answer is the first; a verb to a host
+/// whose relay went silent is refused unsent; the host's own API keeps the same promise.
+#[test]
+fn a_steer_retried_with_its_idempotency_key_after_a_504_is_applied_once() {
+    if !available() {
+        return;
+    }
+    let nats = Cluster::start(1);
+    let url = nats.url();
+    let mut h1 = Host::new("h1", &url);
+    h1.start_live(LIVE_PLAN);
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &url, &["--answer-within", "1s"]);
+    let r1 = h1.b.run_id();
+    wait_for(T, || {
+        (rows(fleet.port).len() == 1 && fleet.get("/hosts").json()["hosts"][0]["online"] == true).then_some(())
+    })
+    .expect("the host, through the fleet");
+    let steer = |port: u16, key: &str, msg: &str| {
+        let h = [("Content-Type", "application/json"), ("Idempotency-Key", key)];
+        let body = format!(r#"{{"msg":"{msg}","by":"idem"}}"#);
+        http(port, "POST", &format!("/runs/{r1}/tasks/A/steer"), &h, Some(body.as_bytes()))
+    };
+    let steers_of =
+        |msg: &str| h1.b.controls("steer").into_iter().filter(|r| r["msg"] == msg && r["outcome"] == "queued").count();
+    // The relay stopped: the request waits in NATS, the fleet answers 504.
+    h1.signal_relay(libc::SIGSTOP);
+    let first = steer(fleet.port, "k-1", "once");
+    assert_eq!(first.status, 504, "{}", first.text());
+    assert!(first.text().contains("Idempotency-Key"), "{}", first.text());
+    h1.signal_relay(libc::SIGCONT);
+    wait_for(T, || (steers_of("once") == 1).then_some(()))
+        .expect("the stopped relay carried the steer out once it ran again");
+    let again = steer(fleet.port, "k-1", "once");
+    assert_eq!(again.status, 200, "{}", again.text());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(steers_of("once"), 1, "the retry was not carried out again");
+    let third = steer(fleet.port, "k-1", "once");
+    assert_eq!(third.json(), again.json(), "a repeat gets the first answer");
+    // The host's own API: the same promise.
+    let api1 = ApiProc::start(&h1.b.home(), &[]);
+    let a = steer(api1.port, "k-2", "local");
+    let b = steer(api1.port, "k-2", "local");
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(a.json(), b.json());
+    assert_eq!(steers_of("local"), 1);
+    let journal = h1.b.journal();
+    let answered =
+        journal.iter().filter(|r| r["kind"] == "idempotency" && r["key"] == "k-2" && r["answer"].is_object()).count();
+    assert_eq!(answered, 1, "the key and its first answer are journaled once");
+    assert_eq!(steer(api1.port, "bad key", "x").status, 400, "a key with a space is refused");
+    // A host whose relay went silent: refused unsent, and said so.
+    h1.signal_relay(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(11));
+    let r = steer(fleet.port, "k-3", "never");
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("offline") && r.text().contains("nothing was sent"), "{}", r.text());
+    let row = rows(fleet.port)[0].clone();
+    assert_eq!(row["host_online"], false, "{row}");
+    assert!(row["host_seen"].is_string(), "{row}");
+    h1.signal_relay(libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(steers_of("never"), 0);
+}
+
+/// A host name is one relay's: a second relay with the same name is refused naming the holder, a
+/// restarted one takes its own lease over at once; one relay per home; a URL carrying a password
+/// is refused before anything is sent.
+#[test]
+fn a_host_name_is_leased_to_one_relay_and_a_restarted_one_takes_it_over() {
+    if !available() {
+        return;
+    }
+    let nats = Cluster::start(1);
+    let url = nats.url();
+    let mut h1 = Host::new("h1", &url);
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &url, &[]);
+    wait_for(T, || (fleet.get("/hosts").json()["hosts"].as_array().map_or(0, Vec::len) == 1).then_some(()))
+        .expect("h1 online");
+    // Another home under the same name: refused while h1's relay lives.
+    let other = Bench::new();
+    let out = harness(&other.home()).args(["relay", "--nats", &url, "--host", "h1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("host name h1 is held by") && err.contains("choose another --host"), "{err}");
+    // A second relay of the same home: refused by the home's lock.
+    let out = harness(&h1.b.home()).args(["relay", "--nats", &url, "--host", "h1b"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("one relay per home"));
+    // Killed and restarted at once: it takes its own lease over (no wait for the lease to lapse).
+    h1.kill_relay();
+    h1.start_relay();
+    let log = h1.relay_log();
+    wait_for(Duration::from_secs(5), || {
+        (std::fs::read_to_string(&log).unwrap_or_default().matches("the host name is ours").count() == 2).then_some(())
+    })
+    .expect("the restarted relay took its lease over at once");
+    // Secrets never on a command line.
+    let port = url.rsplit(':').next().unwrap();
+    let out = harness(&other.home())
+        .args(["relay", "--nats", &format!("nats://u:secret@127.0.0.1:{port}"), "--host", "h2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("refused") && !err.contains("secret"), "{err}");
+    let (code, _, err) = cli(&other.home(), &["relay", "--nats", &url, "--host", "Bad.Name"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("DNS label"), "{err}");
+}
