@@ -280,6 +280,8 @@ pub(super) fn plist(which: &str, bin: Option<PathBuf>) -> Result<(), CliError> {
     let home = home()?;
     let text = if which == "api" {
         crate::os::launchd::api_plist(&bin, &home)
+    } else if which == "relay" {
+        crate::os::launchd::relay_plist(&bin, &home)
     } else {
         crate::os::launchd::supervisor_plist(&bin, &home, &RunId::parse(which).map_err(usage)?)
     };

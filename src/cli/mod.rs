@@ -524,7 +524,7 @@ enum DebugCmd {
     },
     /// Print the launchd plist of the API agent or of one run's supervisor (macOS).
     Plist {
-        /// `api`, or a runId for its supervisor.
+        /// `api`, `relay`, or a runId for its supervisor.
         which: String,
         /// The binary the plist runs (default: this one).
         #[arg(long, value_name = "PATH")]

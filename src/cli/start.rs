@@ -117,17 +117,25 @@ pub(super) fn relay(
     replicas: usize,
 ) -> Result<(), CliError> {
     let home = home()?;
-    let url = nats
-        .or_else(|| std::env::var("HARNESS_NATS_URL").ok().filter(|u| !u.is_empty()))
-        .ok_or_else(|| usage("--nats URL is required (or $HARNESS_NATS_URL), e.g. nats://127.0.0.1:4222"))?;
-    let host = match host {
+    let file = home.root.join("relay.env");
+    let settings = crate::fleet::read_settings(&file).map_err(usage)?;
+    let setting = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty()).or_else(|| settings.get(k).cloned());
+    let url = nats.or_else(|| setting("HARNESS_NATS_URL")).ok_or_else(|| {
+        usage(format!(
+            "--nats URL is required (or HARNESS_NATS_URL, in the environment or {}), e.g. nats://127.0.0.1:4222",
+            file.display()
+        ))
+    })?;
+    let host = match host.or_else(|| setting("HARNESS_RELAY_HOST")) {
         Some(h) => h,
         None => nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().split('.').next().unwrap_or("").to_ascii_lowercase())
             .map_err(|e| usage(format!("--host is needed: this machine's hostname cannot be read ({e})")))?,
     };
     let host = crate::ids::HostName::parse(&host).map_err(|e| usage(format!("--host: {e}")))?;
-    let nats = crate::fleet::Nats::new(&url, creds, replicas, &format!("harness relay {host}")).map_err(usage)?;
+    let nats = crate::fleet::Nats::new(&url, creds, replicas, &format!("harness relay {host}"))
+        .map_err(usage)?
+        .with_settings(settings);
     let rt = tokio::runtime::Runtime::new().map_err(during("starting the relay's runtime"))?;
     rt.block_on(crate::relay::run(home, crate::relay::Options { host, nats }, crate::os::service::terminated()))
         .map_err(|e| match e {

@@ -155,6 +155,64 @@ pub struct Nats {
     pub replicas: usize,
     /// What connects (`relay <host>`, `fleet api`), as the server's monitoring shows it.
     pub name: String,
+    /// Settings read from a file (`$HARNESS_HOME/relay.env`): the environment wins over them.
+    pub settings: std::collections::BTreeMap<String, String>,
+}
+
+/// The settings `$HARNESS_HOME/relay.env` may hold (`KEY=VALUE` lines; `#` comments).
+pub const SETTINGS: &[&str] = &[
+    "HARNESS_NATS_URL",
+    "HARNESS_RELAY_HOST",
+    "HARNESS_NATS_CREDS",
+    "HARNESS_NATS_USER",
+    "HARNESS_NATS_PASSWORD",
+    "HARNESS_NATS_TOKEN",
+    "HARNESS_NATS_NKEY",
+    "HARNESS_NATS_CA",
+    "HARNESS_NATS_CERT",
+    "HARNESS_NATS_KEY",
+];
+
+/// Reads a settings file: refused when others may read or write it (it may hold a password) or it
+/// names a key harness does not know; a missing file is no settings.
+pub fn read_settings(path: &std::path::Path) -> Result<std::collections::BTreeMap<String, String>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.mode() & 0o077 != 0 || meta.uid() != crate::os::peer::own_uid() {
+        return Err(format!(
+            "{} may be read by others (it may hold a password): make it yours and private: chmod 600 {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = std::collections::BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (k, v) =
+            line.split_once('=').ok_or_else(|| format!("{} line {}: expected KEY=VALUE", path.display(), i + 1))?;
+        let (k, v) = (k.trim(), v.trim().trim_matches('"'));
+        if !SETTINGS.contains(&k) {
+            return Err(format!(
+                "{} line {}: unknown setting {k} (known: {})",
+                path.display(),
+                i + 1,
+                SETTINGS.join(", ")
+            ));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
 }
 
 impl Nats {
@@ -187,7 +245,16 @@ impl Nats {
             return Err(format!("--replicas must be 1 to 5 (JetStream's limit), got {replicas}"));
         }
         let creds = creds.or_else(|| std::env::var_os("HARNESS_NATS_CREDS").map(PathBuf::from));
-        Ok(Nats { servers, creds, replicas, name: name.to_string() })
+        Ok(Nats { servers, creds, replicas, name: name.to_string(), settings: Default::default() })
+    }
+
+    /// `Nats` with settings from a file (the environment wins over them).
+    pub fn with_settings(mut self, settings: std::collections::BTreeMap<String, String>) -> Nats {
+        if self.creds.is_none() {
+            self.creds = settings.get("HARNESS_NATS_CREDS").map(PathBuf::from);
+        }
+        self.settings = settings;
+        self
     }
 
     /// Connects, retrying in the background while the servers are down (a relay starts, and
@@ -199,7 +266,12 @@ impl Nats {
                 .map_err(|e| format!("--creds {}: {e}", p.display()))?,
             None => async_nats::ConnectOptions::new(),
         };
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let env = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .or_else(|| self.settings.get(k).cloned().filter(|v| !v.is_empty()))
+        };
         match (env("HARNESS_NATS_USER"), env("HARNESS_NATS_PASSWORD")) {
             (Some(u), Some(p)) => o = o.user_and_password(u, p),
             (Some(_), None) | (None, Some(_)) => {

@@ -7,11 +7,12 @@ use crate::os::home::Home;
 use std::path::{Path, PathBuf};
 
 /// The unit files, embedded so an installed binary can render them.
-pub const UNITS: [(&str, &str); 4] = [
+pub const UNITS: [(&str, &str); 5] = [
     ("harness-api.socket", include_str!("../../units/harness-api.socket")),
     ("harness-api.service", include_str!("../../units/harness-api.service")),
     ("harness-supervisor@.socket", include_str!("../../units/harness-supervisor@.socket")),
     ("harness-supervisor@.service", include_str!("../../units/harness-supervisor@.service")),
+    ("harness-relay.service", include_str!("../../units/harness-relay.service")),
 ];
 
 /// Fills in `@BIN@`, `@HOME@` and `@DOCS@`.
@@ -74,6 +75,7 @@ pub fn rendered(bin: &Path, home: &Home) -> Vec<(String, String)> {
     let rename = |s: &str| {
         s.replace("harness-supervisor@", &format!("{prefix}-supervisor@"))
             .replace("harness-api.", &format!("{prefix}-api."))
+            .replace("harness-relay.", &format!("{prefix}-relay."))
     };
     UNITS
         .iter()
@@ -137,10 +139,11 @@ pub fn install(bin: &Path, home: &Home, unit_dir: Option<&Path>, print: bool) ->
         ""
     };
     Ok(format!(
-        "installed {} units for {} in {} ({reload})\nstart the API with:\n  systemctl --user enable --now {prefix}-api.socket\nits logs:\n  journalctl --user -u {prefix}-api.service{shadow}",
+        "installed {} units for {} in {} ({reload})\nstart the API with:\n  systemctl --user enable --now {prefix}-api.socket\nits logs:\n  journalctl --user -u {prefix}-api.service\nto relay this home into a fleet: write {}/relay.env (mode 0600: HARNESS_NATS_URL=…, HARNESS_RELAY_HOST=…), then\n  systemctl --user enable --now {prefix}-relay.service{shadow}",
         units.len(),
         home.root.display(),
-        dir.display()
+        dir.display(),
+        home.root.display()
     ))
 }
 
@@ -157,6 +160,7 @@ pub fn uninstall(home: &Home, unit_dir: Option<&Path>) -> Result<String, String>
             .args(["--user", "disable", "--now"])
             .arg(format!("{prefix}-api.socket"))
             .arg(format!("{prefix}-api.service"))
+            .arg(format!("{prefix}-relay.service"))
             .stderr(std::process::Stdio::null())
             .status();
     }

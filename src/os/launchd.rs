@@ -54,6 +54,22 @@ pub fn api_plist(bin: &Path, home: &Home) -> String {
     plist("com.harness.api", &[&bin.display().to_string(), "api"], &home.root, &sockets, &home.root.join("api.log"))
 }
 
+/// The relay agent (`harness relay`, kept alive; its settings in `$HARNESS_HOME/relay.env`).
+pub fn relay_plist(bin: &Path, home: &Home) -> String {
+    let p = plist(
+        "com.harness.relay",
+        &[&bin.display().to_string(), "relay"],
+        &home.root,
+        "",
+        &home.root.join("relay.log"),
+    );
+    // No sockets; launchd starts it at load and again when it exits.
+    p.replace(
+        "  <key>Sockets</key>\n  <dict>\n  </dict>\n",
+        "  <key>KeepAlive</key>\n  <true/>\n  <key>RunAtLoad</key>\n  <true/>\n",
+    )
+}
+
 /// One run's supervisor agent: its control socket (`control`, 0600).
 pub fn supervisor_plist(bin: &Path, home: &Home, run: &RunId) -> String {
     let sockets = format!(
@@ -142,5 +158,10 @@ mod tests {
         let s = supervisor_plist(Path::new("/usr/local/bin/harness"), &home, &run);
         assert!(s.contains("com.harness.supervisor.0123456789ab--demo"));
         assert!(s.contains("/Users/me/.harness/sock/0123456789ab--demo.sock"));
+        let r = relay_plist(Path::new("/usr/local/bin/harness"), &home);
+        assert!(
+            r.contains("<string>relay</string>") && r.contains("<key>KeepAlive</key>") && !r.contains("Sockets"),
+            "{r}"
+        );
     }
 }

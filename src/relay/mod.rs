@@ -170,6 +170,9 @@ async fn heartbeat(js: jetstream::Context, mut lease: lease::Lease, home: Home) 
     loop {
         if !std::mem::take(&mut first) {
             every.tick().await;
+            // The watchdog is fed by this loop whether NATS answers or not: a relay waiting out a
+            // NATS outage is working as meant.
+            crate::os::service::notify(&[sd_notify::NotifyState::Watchdog]);
             match lease.renew(&js).await {
                 Ok(()) => {}
                 Err(lease::LeaseError::Held(d)) => return format!("the lease was lost: {d}"),
@@ -195,7 +198,6 @@ async fn heartbeat(js: jetstream::Context, mut lease: lease::Lease, home: Home) 
             }
             Err(e) => tracing::warn!(host = %host, error = %e, "the host's heartbeat was not sent"),
         }
-        crate::os::service::notify(&[sd_notify::NotifyState::Watchdog]);
     }
 }
 

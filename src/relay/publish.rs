@@ -71,7 +71,8 @@ impl std::fmt::Display for Failed {
 
 /// Follows one run until its pointer is gone (`gone`), then says so on its row.
 pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<bool>) {
-    let mut s = RunSync { ctx, run, journal: None, tasks: BTreeMap::new(), views_at: None, live: false };
+    let mut s =
+        RunSync { ctx, run, journal: None, tasks: BTreeMap::new(), views_at: None, live: false, replaced: false };
     let mut backoff = Duration::from_millis(200);
     loop {
         if *gone.borrow() {
@@ -116,6 +117,8 @@ struct RunSync {
     /// When views were last computed (they are at most every half second for log-only changes).
     views_at: Option<(tokio::time::Instant, u64)>,
     live: bool,
+    /// The journal is not the one the stream mirrors (replaced by hand): not published further.
+    replaced: bool,
 }
 
 impl RunSync {
@@ -161,7 +164,7 @@ impl RunSync {
     }
 
     /// Where `subject` stands in the stream: its last message's headers (nothing: the start).
-    async fn ask(&self, stream: &str, subject: &str) -> Result<(Position, Option<String>), Failed> {
+    async fn ask(&self, stream: &str, subject: &str) -> Result<(Position, Option<String>, Bytes), Failed> {
         let s = self.ctx.js.get_stream_no_info(stream).await.map_err(|e| Failed::Nats(e.to_string()))?;
         match s.get_last_raw_message_by_subject(subject).await {
             Ok(m) => {
@@ -171,10 +174,10 @@ impl RunSync {
                     num(header::LINE).or_else(|| h(header::SEQ).and_then(|s| Seq::parse(&s).ok()).map(|s| s.line));
                 let pos =
                     Position { subject_seq: m.sequence, line: line.unwrap_or(0), at: num(header::AT).unwrap_or(0) };
-                Ok((pos, h(header::SEQ)))
+                Ok((pos, h(header::SEQ), m.payload))
             }
             Err(e) if matches!(e.kind(), jetstream::stream::LastRawMessageErrorKind::NoMessageFound) => {
-                Ok((Position::default(), None))
+                Ok((Position::default(), None, Bytes::new()))
             }
             Err(e) => Err(Failed::Nats(e.to_string())),
         }
@@ -193,14 +196,28 @@ impl RunSync {
 
     /// The journal's lines not yet published; whether there were any.
     async fn publish_journal(&mut self) -> Result<bool, Failed> {
+        if self.replaced {
+            return Ok(false);
+        }
         let subject = fleet::journal_subject(&self.ctx.host, &self.run);
-        let mut pos = match self.journal {
-            Some(p) => p,
-            None => self.ask(fleet::JOURNAL_STREAM, &subject).await?.0,
-        };
-        self.journal = Some(pos);
         let Ok(pointer) = self.ctx.api.durable.pointer(&self.run) else { return Ok(false) };
         let path = pointer.journal_path();
+        let mut pos = match self.journal {
+            Some(p) => p,
+            None => {
+                let (pos, _, last) = self.ask(fleet::JOURNAL_STREAM, &subject).await?;
+                // The line the stream ends with must be the journal's at that place: a journal
+                // replaced under the run id (only by hand) is not mirrored over the old one's lines.
+                let (lines, _) = read_lines(path.clone(), pos).await;
+                if pos.line > 0 && lines.first().is_none_or(|l| l.0 != pos.line || l.2 != last) {
+                    tracing::error!(RUN_ID = %self.run, line = pos.line, "the journal is not the one the fleet mirrors (replaced under the run id?): it is not published further");
+                    self.replaced = true;
+                    return Ok(false);
+                }
+                pos
+            }
+        };
+        self.journal = Some(pos);
         let mut any = false;
         loop {
             let (lines, _) = read_lines(path.clone(), pos).await;
@@ -247,7 +264,7 @@ impl RunSync {
             Some(a) => a,
             None => {
                 // The last published line again (its later events may be missing), then on.
-                let (pos, seq) = self.ask(fleet::EVENTS_STREAM, &subject).await?;
+                let (pos, seq, _) = self.ask(fleet::EVENTS_STREAM, &subject).await?;
                 EventsAt { pos, last: seq.and_then(|s| Seq::parse(&s).ok()), next: pos, session: None }
             }
         };

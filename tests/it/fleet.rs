@@ -568,3 +568,132 @@ fn a_host_name_is_leased_to_one_relay_and_a_restarted_one_takes_it_over() {
     assert_eq!(code, 2);
     assert!(err.contains("DNS label"), "{err}");
 }
+
+/// The subject permissions `spec/FLEET.md` gives, on a real server with users and passwords (from
+/// the environment, never the command line): a relay with its host's permissions mirrors its home
+/// and the fleet API (with its own) serves it; the same credentials under another host's name are
+/// refused by the server — a relay cannot pose as another host.
+#[test]
+fn a_relays_credentials_publish_its_own_host_only() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("auth.conf");
+    std::fs::write(&conf, permissions_conf()).unwrap();
+    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let url = nats.url();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = {
+        let mut cmd = harness(fleet_home.path());
+        cmd.args(["api", "--listen", "127.0.0.1:0", "--fleet", &url, "--replicas", "1"])
+            .env("HARNESS_NATS_USER", "fleet")
+            .env("HARNESS_NATS_PASSWORD", "fleet-secret")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{line:?}"));
+        (Proc { child }, port)
+    };
+    let relay = |b: &Bench, host: &str, log: &Path| {
+        let child = harness(&b.home())
+            .args(["relay", "--nats", &url, "--host", host])
+            .env("HARNESS_NATS_USER", "relay-h1")
+            .env("HARNESS_NATS_PASSWORD", "relay-h1-secret")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        Proc { child }
+    };
+    let ok = Bench::new();
+    let st = ok.harness("tool").arg("run").arg(ok.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    let ok_log = ok.dir.path().join("relay.log");
+    let _r1 = relay(&ok, "h1", &ok_log);
+    wait_for(T, || (rows(fleet.1).len() == 1).then_some(())).unwrap_or_else(|| {
+        panic!("the relay with its own permissions was not served: {}", std::fs::read_to_string(&ok_log).unwrap())
+    });
+    let run = ok.run_id();
+    let r = http(fleet.1, "GET", &format!("/runs/{run}/tasks/C/events"), &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.text().is_empty());
+    let d = http(fleet.1, "GET", &format!("/runs/{run}/diff?stat=1"), &[], None);
+    assert_eq!(d.status, 200, "the relay answers its own requests: {}", d.text());
+    // The same credentials as host h2: the server refuses its publishes; h2 never appears.
+    let other = Bench::new();
+    let bad_log = other.dir.path().join("relay.log");
+    let _r2 = relay(&other, "h2", &bad_log);
+    let refused = wait_for(T, || {
+        let log = std::fs::read_to_string(&bad_log).unwrap_or_default();
+        log.to_lowercase().contains("permissions violation").then_some(log)
+    });
+    assert!(
+        refused.is_some(),
+        "the server refused the other host's subjects: {}",
+        std::fs::read_to_string(&bad_log).unwrap()
+    );
+    let hosts = http(fleet.1, "GET", "/hosts", &[], None).json();
+    assert!(hosts["hosts"].as_array().unwrap().iter().all(|h| h["host"] == "h1"), "{hosts}");
+    // The secrets were never on a command line.
+    for pid in processes_with_home(&other.home()) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&cmdline).contains("secret"));
+    }
+}
+
+/// The nats-server authorization of `spec/FLEET.md`'s permissions: a relay of host h1 and a fleet API.
+/// (Wildcards are whole tokens in NATS: each stream is named.)
+fn permissions_conf() -> String {
+    const ALL: [&str; 5] = ["HARNESS_JOURNAL", "HARNESS_EVENTS", "HARNESS_VIEWS", "HARNESS_HOSTS", "HARNESS_LEASES"];
+    let mut relay: Vec<String> = ["journal.h1.>", "events.h1.>", "views.h1.>", "hosts.h1", "lease.h1"]
+        .iter()
+        .map(|s| format!("harness.{s}"))
+        .collect();
+    let mut fleet = vec!["harness.rpc.*".to_string()];
+    for who in [&mut relay, &mut fleet] {
+        who.push("$JS.API.INFO".into());
+        for s in ALL {
+            who.push(format!("$JS.API.STREAM.INFO.{s}"));
+            who.push(format!("$JS.API.STREAM.CREATE.{s}"));
+        }
+    }
+    for s in ["HARNESS_JOURNAL", "HARNESS_EVENTS", "HARNESS_LEASES"] {
+        relay.push(format!("$JS.API.STREAM.MSG.GET.{s}"));
+    }
+    let consume = |who: &mut Vec<String>, s: &str| {
+        who.push(format!("$JS.API.CONSUMER.CREATE.{s}"));
+        who.push(format!("$JS.API.CONSUMER.CREATE.{s}.>"));
+        who.push(format!("$JS.API.CONSUMER.INFO.{s}.*"));
+        who.push(format!("$JS.API.CONSUMER.MSG.NEXT.{s}.*"));
+        who.push(format!("$JS.API.CONSUMER.DELETE.{s}.*"));
+    };
+    consume(&mut relay, "HARNESS_VIEWS");
+    for s in ["HARNESS_JOURNAL", "HARNESS_EVENTS", "HARNESS_VIEWS", "HARNESS_HOSTS"] {
+        consume(&mut fleet, s);
+    }
+    for s in ["HARNESS_JOURNAL", "HARNESS_EVENTS", "HARNESS_VIEWS"] {
+        fleet.push(format!("$JS.API.DIRECT.GET.{s}"));
+        fleet.push(format!("$JS.API.DIRECT.GET.{s}.>"));
+    }
+    let list = |l: &[String]| l.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ");
+    format!(
+        r#"authorization {{
+  users: [
+    {{ user: "relay-h1", password: "relay-h1-secret", permissions: {{
+        publish: {{ allow: [{}] }},
+        subscribe: {{ allow: ["harness.rpc.h1", "_INBOX.>"] }},
+        allow_responses: true }} }},
+    {{ user: "fleet", password: "fleet-secret", permissions: {{
+        publish: {{ allow: [{}] }},
+        subscribe: {{ allow: ["_INBOX.>"] }} }} }}
+  ]
+}}
+"#,
+        list(&relay),
+        list(&fleet)
+    )
+}

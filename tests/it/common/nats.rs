@@ -31,9 +31,15 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// The server binary: on PATH, else where Debian puts it (`/usr/sbin`, not on a user's PATH).
+fn server() -> &'static str {
+    let on_path = Command::new("nats-server").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if on_path.is_ok() { "nats-server" } else { "/usr/sbin/nats-server" }
+}
+
 /// Whether nats-server is here; `false` (the test skips) outside CI, a panic under CI.
 pub fn available() -> bool {
-    if Command::new("nats-server").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok() {
+    if Command::new(server()).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok() {
         return true;
     }
     if std::env::var("HARNESS_REQUIRE_NATS").as_deref() == Ok("1") {
@@ -74,7 +80,7 @@ impl Cluster {
         let nd = &mut self.nodes[i];
         std::fs::create_dir_all(&nd.dir).unwrap();
         let log = std::fs::File::options().create(true).append(true).open(nd.dir.join("log")).unwrap();
-        let mut cmd = Command::new("nats-server");
+        let mut cmd = Command::new(server());
         cmd.args(["-js", "-a", "127.0.0.1", "-p", &nd.client.to_string(), "-sd"]).arg(&nd.dir).args(["-n", &nd.name]);
         if clustered {
             cmd.args([
