@@ -71,8 +71,17 @@ impl std::fmt::Display for Failed {
 
 /// Follows one run until its pointer is gone (`gone`), then says so on its row.
 pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<bool>) {
-    let mut s =
-        RunSync { ctx, run, journal: None, tasks: BTreeMap::new(), views_at: None, live: false, replaced: false };
+    let mut s = RunSync {
+        ctx,
+        run,
+        journal: None,
+        tasks: BTreeMap::new(),
+        views_at: None,
+        live: false,
+        replaced: false,
+        sources: BTreeMap::new(),
+        sources_at: None,
+    };
     let mut backoff = Duration::from_millis(200);
     loop {
         if *gone.borrow() {
@@ -119,6 +128,9 @@ struct RunSync {
     live: bool,
     /// The journal is not the one the stream mirrors (replaced by hand): not published further.
     replaced: bool,
+    /// Each task's log, adapter and session, and when they were looked up.
+    sources: BTreeMap<TaskId, Arc<crate::api::stream::Source>>,
+    sources_at: Option<tokio::time::Instant>,
 }
 
 impl RunSync {
@@ -134,22 +146,25 @@ impl RunSync {
         let hub = &self.ctx.api.hub;
         let Ok(p) = self.ctx.api.durable.pointer(&self.run) else { return Vec::new() };
         let mut paths = vec![p.journal_path(), p.liveness_path()];
-        paths.extend(self.tasks.keys().map(|t| p.default_logfile(t)));
+        paths.extend(self.sources.values().map(|s| s.logfile.clone()));
         paths.iter().filter_map(|p| hub.subscribe(p)).collect()
     }
 
     /// Journal, then events, then views.
     async fn step(&mut self) -> Result<(), Failed> {
         let journal_changed = self.publish_journal().await?;
-        let api = self.ctx.api.clone();
-        let run = self.run.clone();
-        let detail = crate::api::blocking(move || api.durable.run_detail(&run)).await.ok().and_then(Result::ok);
-        let Some(detail) = detail else { return Ok(()) };
-        self.live = detail.live;
-        let tasks: Vec<TaskId> = detail.task_ids();
-        for t in &tasks {
-            self.tasks.entry(t.clone()).or_insert(None);
+        // The tasks and their logs change with the journal (or a liveness file): looked at again
+        // then, and every two seconds — not at every line an engine prints.
+        if journal_changed || self.sources_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
+            let (api, run) = (self.ctx.api.clone(), self.run.clone());
+            let sources = crate::api::blocking(move || sources_of(&api, &run)).await.unwrap_or_default();
+            for t in sources.keys() {
+                self.tasks.entry(t.clone()).or_insert(None);
+            }
+            self.sources = sources;
+            self.sources_at = Some(tokio::time::Instant::now());
         }
+        let tasks: Vec<TaskId> = self.sources.keys().cloned().collect();
         for t in tasks {
             self.publish_events(&t).await?;
         }
@@ -269,11 +284,7 @@ impl RunSync {
             }
         };
         self.tasks.insert(task.clone(), Some(at.clone()));
-        let (a, r, t) = (self.ctx.api.clone(), self.run.clone(), task.clone());
-        let found = crate::api::blocking(move || crate::api::stream::source(&a, &r, &t).ok()).await;
-        let Ok(Some(src)) = found else {
-            return Ok(());
-        };
+        let Some(src) = self.sources.get(task).cloned() else { return Ok(()) };
         loop {
             let (lines, next) = read_lines(src.logfile.clone(), at.next).await;
             if lines.is_empty() {
@@ -290,7 +301,7 @@ impl RunSync {
         &mut self,
         task: &TaskId,
         subject: &str,
-        src: &crate::api::stream::Source,
+        src: &Arc<crate::api::stream::Source>,
         at: &mut EventsAt,
         lines: Vec<(u64, u64, Vec<u8>)>,
     ) -> Result<(), Failed> {
@@ -372,7 +383,8 @@ impl RunSync {
     /// row also when it covers more of the journal).
     async fn publish_views(&mut self, covers: u64) -> Result<(), Failed> {
         let (api, run, host) = (self.ctx.api.clone(), self.run.clone(), self.ctx.host.clone());
-        let views = crate::api::blocking(move || compute_views(&api, &run, &host)).await.unwrap_or_default();
+        let (views, live) = crate::api::blocking(move || compute_views(&api, &run, &host)).await.unwrap_or_default();
+        self.live = live;
         for (view, json) in views {
             let subject = fleet::view_subject(&self.ctx.host, &self.run, &view);
             let hash = hash_of(&json);
@@ -436,8 +448,17 @@ async fn read_lines(path: PathBuf, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, 
     .unwrap_or((Vec::new(), pos))
 }
 
-/// Every view of the run as its host's API answers it, with `host` said.
-fn compute_views(api: &Api, run: &RunId, host: &HostName) -> Vec<(View, Vec<u8>)> {
+/// Each task's source (its log, adapter and session), planned or only journaled.
+fn sources_of(api: &Api, run: &RunId) -> BTreeMap<TaskId, Arc<crate::api::stream::Source>> {
+    let Ok(files) = api.durable.load(run) else { return BTreeMap::new() };
+    let planned = files.plan.iter().flat_map(|p| p.tasks.iter().map(|t| t.id.clone()));
+    let ids: Vec<TaskId> = planned.chain(files.view.tasks.keys().cloned()).collect();
+    ids.into_iter().filter_map(|t| crate::api::stream::source(api, run, &t).ok().map(|s| (t, Arc::new(s)))).collect()
+}
+
+/// Every view of the run as its host's API answers it, with `host` said; and whether its
+/// supervisor is live.
+fn compute_views(api: &Api, run: &RunId, host: &HostName) -> (Vec<(View, Vec<u8>)>, bool) {
     let mut out = Vec::new();
     if let Some(row) = api.durable.overview.row(run)
         && let Ok(mut row) = serde_json::from_slice::<crate::views::RunRow>(&row)
@@ -445,7 +466,8 @@ fn compute_views(api: &Api, run: &RunId, host: &HostName) -> Vec<(View, Vec<u8>)
         row.host = Some(host.clone());
         out.push((View::Row, serde_json::to_vec(&row).unwrap_or_default()));
     }
-    let Ok(mut detail) = api.durable.run_detail(run) else { return out };
+    let Ok(mut detail) = api.durable.run_detail(run) else { return (out, false) };
+    let live = detail.live;
     detail.host = Some(host.clone());
     let tasks: Vec<TaskId> = detail.task_ids();
     out.push((View::Detail, serde_json::to_vec(&detail).unwrap_or_default()));
@@ -459,7 +481,7 @@ fn compute_views(api: &Api, run: &RunId, host: &HostName) -> Vec<(View, Vec<u8>)
             out.push((View::Task(t), serde_json::to_vec(&d).unwrap_or_default()));
         }
     }
-    out
+    (out, live)
 }
 
 fn hash_of(b: &[u8]) -> String {
