@@ -81,6 +81,8 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
         replaced: false,
         sources: BTreeMap::new(),
         sources_at: None,
+        wakes: Vec::new(),
+        times: BTreeMap::new(),
     };
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -88,28 +90,52 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
             s.tombstone().await;
             return;
         }
-        let (wakes, pause) = match s.step().await {
+        // The wake-ups are subscribed before the files are read, and kept: a line written while a
+        // step publishes wakes the next step at once.
+        if s.wakes.is_empty() {
+            s.wakes = s.subscribe();
+        }
+        let (failed, pause) = match s.step().await {
             Ok(()) => {
                 backoff = Duration::from_millis(200);
-                (s.wakes(), if s.live { Duration::from_secs(1) } else { Duration::from_secs(20) })
+                (false, if s.live { Duration::from_secs(1) } else { Duration::from_secs(20) })
             }
             Err(e) => {
                 tracing::warn!(RUN_ID = %s.run, error = %e, "publishing the run: trying again");
                 s.forget();
                 backoff = (backoff * 2).min(Duration::from_secs(5));
-                (Vec::new(), backoff)
+                (true, backoff)
             }
         };
+        if failed {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = gone.changed() => {}
+            }
+            continue;
+        }
         tokio::select! {
-            _ = woken(wakes) => {}
+            _ = woken(&mut s.wakes) => {}
             _ = tokio::time::sleep(pause) => {}
             _ = gone.changed() => {}
         }
     }
 }
 
-/// Resolves when any of `rxs` is woken (never, for none).
-async fn woken(mut rxs: Vec<broadcast::Receiver<()>>) {
+/// Resolves when any of `rxs` is woken — at once when one was meanwhile (never, for none).
+async fn woken(rxs: &mut [broadcast::Receiver<()>]) {
+    let mut any = false;
+    for r in rxs.iter_mut() {
+        while !matches!(
+            r.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {
+            any = true;
+        }
+    }
+    if any {
+        return;
+    }
     if rxs.is_empty() {
         return std::future::pending().await;
     }
@@ -131,6 +157,10 @@ struct RunSync {
     /// Each task's log, adapter and session, and when they were looked up.
     sources: BTreeMap<TaskId, Arc<crate::api::stream::Source>>,
     sources_at: Option<tokio::time::Instant>,
+    /// Wake-ups of the run's files (subscribed again when its tasks' logs change).
+    wakes: Vec<broadcast::Receiver<()>>,
+    /// Each task's line times (`LOG.times`), read on as the log grows.
+    times: BTreeMap<TaskId, crate::os::stamp::Times>,
 }
 
 impl RunSync {
@@ -142,7 +172,7 @@ impl RunSync {
     }
 
     /// The files whose change wakes this run: its journal, liveness and each task's log.
-    fn wakes(&self) -> Vec<broadcast::Receiver<()>> {
+    fn subscribe(&self) -> Vec<broadcast::Receiver<()>> {
         let hub = &self.ctx.api.hub;
         let Ok(p) = self.ctx.api.durable.pointer(&self.run) else { return Vec::new() };
         let mut paths = vec![p.journal_path(), p.liveness_path()];
@@ -161,6 +191,9 @@ impl RunSync {
             for t in sources.keys() {
                 self.tasks.entry(t.clone()).or_insert(None);
             }
+            if sources.values().map(|s| &s.logfile).ne(self.sources.values().map(|s| &s.logfile)) {
+                self.wakes.clear();
+            }
             self.sources = sources;
             self.sources_at = Some(tokio::time::Instant::now());
         }
@@ -169,8 +202,10 @@ impl RunSync {
             self.publish_events(&t).await?;
         }
         let covers = self.journal.map_or(0, |j| j.subject_seq);
+        // Views at once when the journal moved; else (usage, idle times) every two seconds at most,
+        // so a busy log's events are not held up behind them.
         let due = journal_changed
-            || self.views_at.is_none_or(|(at, c)| c != covers || at.elapsed() >= Duration::from_millis(500));
+            || self.views_at.is_none_or(|(at, c)| c != covers || at.elapsed() >= Duration::from_secs(2));
         if due {
             self.publish_views(covers).await?;
             self.views_at = Some((tokio::time::Instant::now(), covers));
@@ -306,10 +341,16 @@ impl RunSync {
         lines: Vec<(u64, u64, Vec<u8>)>,
     ) -> Result<(), Failed> {
         let times = {
-            let log = src.logfile.clone();
-            tokio::task::spawn_blocking(move || crate::os::stamp::Times::of(&log))
-                .await
-                .map_err(|e| Failed::Nats(e.to_string()))?
+            let (log, held) = (src.logfile.clone(), self.times.remove(task));
+            tokio::task::spawn_blocking(move || match held {
+                Some(mut t) => {
+                    t.refresh();
+                    t
+                }
+                None => crate::os::stamp::Times::of(&log),
+            })
+            .await
+            .map_err(|e| Failed::Nats(e.to_string()))?
         };
         let (run, tname) = (self.run.to_string(), task.to_string());
         let w = Writer::new(&run, &tname);
@@ -349,6 +390,7 @@ impl RunSync {
                 self.tasks.insert(task.clone(), Some(at.clone()));
             }
         }
+        self.times.insert(task.clone(), times);
         Ok(())
     }
 
