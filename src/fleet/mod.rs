@@ -260,6 +260,10 @@ impl Nats {
     /// Connects, retrying in the background while the servers are down (a relay starts, and
     /// keeps its home's work going, whether NATS is up or not).
     pub async fn connect(&self) -> Result<async_nats::Client, String> {
+        // rustls is built here with more than one crypto backend (through the client's
+        // dependencies), so it cannot pick one by itself: ring, once per process (a second call
+        // finds it installed).
+        let _ = async_nats::rustls::crypto::ring::default_provider().install_default();
         let mut o = match &self.creds {
             Some(p) => async_nats::ConnectOptions::with_credentials_file(p)
                 .await

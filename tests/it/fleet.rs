@@ -178,6 +178,13 @@ fn a_fleet_serves_two_hosts_as_each_serves_itself_and_carries_verbs_to_them() {
         .map(|r| (r["runId"].as_str().unwrap().into(), r["host"].as_str().unwrap().into()))
         .collect();
     assert_eq!(listed, BTreeMap::from([(r1.clone(), "h1".into()), (r2.clone(), "h2".into())]));
+    // Any number of fleet APIs at once, each with the same answers (none keeps state of its own).
+    let other_home = tempfile::tempdir().unwrap();
+    let other = fleet_api(other_home.path(), &url, &[]);
+    let ids =
+        |port: u16| rows(port).iter().map(|r| (r["runId"].to_string(), r["host"].to_string())).collect::<Vec<_>>();
+    wait_for(T, || (ids(other.port) == ids(fleet.port)).then_some(())).expect("a second fleet API lists the same runs");
+    drop(other);
     let hosts = wait_for(T, || Some(fleet.get("/hosts")).filter(|h| h.json()["hosts"].as_array().unwrap().len() == 2))
         .expect("both hosts");
     spec.check("GET", "/hosts", &hosts);
@@ -186,6 +193,8 @@ fn a_fleet_serves_two_hosts_as_each_serves_itself_and_carries_verbs_to_them() {
     let r = http(fleet.port, "GET", "/runs?host=h2", &[], None);
     spec.check("GET", "/runs", &r);
     assert_eq!(r.json().as_array().unwrap().len(), 1);
+    let r = http(fleet.port, "GET", "/hosts/h2/runs", &[], None);
+    assert_eq!(r.json().as_array().unwrap().iter().map(|r| r["host"].as_str().unwrap()).collect::<Vec<_>>(), ["h2"]);
     // Every answer of the fleet as openapi.yaml says (a home's own routes, answered for a fleet).
     for (t, p) in [
         ("/runs/{runId}", format!("/runs/{r2}")),
@@ -696,4 +705,99 @@ fn permissions_conf() -> String {
         list(&relay),
         list(&fleet)
     )
+}
+
+/// `tls://` servers: the relay and the fleet API connect over TLS, trusting the CA named in
+/// `HARNESS_NATS_CA` (a self-signed CA made here with openssl).
+#[test]
+fn a_fleet_over_tls_trusts_the_ca_it_is_given() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(d).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=harness test CA",
+    ]);
+    ssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(d.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    ssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    let (cert, key) = (d.join("server.pem"), d.join("server.key"));
+    let nats =
+        Cluster::start_with(1, &["--tls", "--tlscert", cert.to_str().unwrap(), "--tlskey", key.to_str().unwrap()]);
+    let url = nats.url().replace("nats://", "tls://");
+    let ca = d.join("ca.pem");
+    let b = Bench::new();
+    let st = b.harness("tool").arg("run").arg(b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    let log = b.dir.path().join("relay.log");
+    let _relay = Proc {
+        child: harness(&b.home())
+            .args(["relay", "--nats", &url, "--host", "tls-host"])
+            .env("HARNESS_NATS_CA", &ca)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    };
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = {
+        let mut cmd = harness(fleet_home.path());
+        cmd.args(["api", "--listen", "127.0.0.1:0", "--fleet", &url, "--replicas", "1"])
+            .env("HARNESS_NATS_CA", &ca)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{line:?}"));
+        (Proc { child }, port)
+    };
+    wait_for(T, || (rows(fleet.1).len() == 1).then_some(()))
+        .unwrap_or_else(|| panic!("the run over TLS: {}", std::fs::read_to_string(&log).unwrap()));
+    assert_eq!(rows(fleet.1)[0]["host"], "tls-host");
 }

@@ -228,9 +228,10 @@ pub async fn dispatch(
         None => host,
     };
     match (route, host) {
-        (Route::Runs, _) => pages::runs(&fleet, req.uri().query()),
+        // `/hosts/<host>/runs` and `/hosts/<host>/watch`: that host's only.
+        (Route::Runs, host) => pages::runs(&fleet, req.uri().query(), host),
         (Route::Hosts, _) => Ok(hosts(&fleet)),
-        (Route::Watch, _) => sse::watch(api, fleet, req).await,
+        (Route::Watch, host) => sse::watch(api, fleet, req, host).await,
         (Route::Run(run), Some(h)) => one_view(&fleet, &h, &run, View::Detail, true).await,
         (Route::Task(run, task), Some(h)) => task_view(&fleet, &h, &run, task).await,
         (Route::Approvals(run), Some(h)) => pages::approvals(&fleet, &h, &run, req.uri().query()).await,

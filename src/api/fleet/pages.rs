@@ -29,13 +29,19 @@ fn parse_after(v: &str) -> Result<(i128, RunId, HostName), String> {
 }
 
 /// `GET /runs` of the fleet: as a home's (`overview_query` reads the same parameters), plus `host`.
-pub fn runs(fleet: &Fleet, query: Option<&str>) -> Result<Response<Body>, Response<Body>> {
-    let (mut host, mut after, mut rest) = (None, None, Vec::new());
+pub fn runs(fleet: &Fleet, query: Option<&str>, only: Option<HostName>) -> Result<Response<Body>, Response<Body>> {
+    let (mut host, mut after, mut rest) = (only.clone(), None, Vec::new());
     for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         let v = || crate::api::routes::percent_decode(v).map_err(|e| bad(k, e));
         match k {
-            "host" if host.is_some() => return Err(bad(k, "given twice")),
+            "host" if host.is_some() && only.is_none() => return Err(bad(k, "given twice")),
+            "host" if only.is_some() => {
+                let h = HostName::parse(&v()?).map_err(|e| bad(k, e))?;
+                if Some(&h) != only.as_ref() {
+                    return Err(bad(k, format!("{h} is not the host the path names")));
+                }
+            }
             "host" => host = Some(HostName::parse(&v()?).map_err(|e| bad(k, e))?),
             "after" if after.is_some() => return Err(bad(k, "given twice")),
             "after" => after = Some(parse_after(&v()?).map_err(|e| bad(k, e))?),

@@ -218,7 +218,12 @@ fn watch_query(req: &Request<ReqBody>) -> Result<WatchQuery, Response<Body>> {
 }
 
 /// `GET /watch` of the fleet.
-pub async fn watch(api: Arc<Api>, fleet: Arc<Fleet>, req: Request<ReqBody>) -> Result<Response<Body>, Response<Body>> {
+pub async fn watch(
+    api: Arc<Api>,
+    fleet: Arc<Fleet>,
+    req: Request<ReqBody>,
+    host: Option<HostName>,
+) -> Result<Response<Body>, Response<Body>> {
     let w = watch_query(&req)?;
     let stream = &fleet.journal;
     let present = last_sequence(stream).await?;
@@ -227,8 +232,10 @@ pub async fn watch(api: Arc<Api>, fleet: Arc<Fleet>, req: Request<ReqBody>) -> R
         (None, true) => present + 1,
         (None, false) => 1,
     };
-    let filter = match w.runs.as_slice() {
-        [one] => format!("harness.journal.*.{}", fleet::token(one.as_str())),
+    let h = host.as_ref().map_or("*".to_string(), |h| h.to_string());
+    let filter = match (w.runs.as_slice(), &host) {
+        ([one], _) => format!("harness.journal.{h}.{}", fleet::token(one.as_str())),
+        (_, Some(h)) => format!("harness.journal.{h}.>"),
         _ => "harness.journal.>".to_string(),
     };
     let cfg = consumer::pull::OrderedConfig {
