@@ -78,7 +78,7 @@ harness demo --pace fast     as fast as the machine goes\n  harness demo --pace 
     /// and every verb reach.
     #[command(after_help = "Examples:\n  harness run plan.json                        batch, in this terminal\n  \
 harness run plan.json --supervised           in the background (systemd user service when there is one)\n  \
-harness run plan.json --repo ~/src/app       in another repository\n  harness debug plan check plan.json           \
+harness run plan.json --repo ~/src/app       in another repository\n  harness plan check plan.json                 \
 just check the plan")]
     Run {
         /// The plan file (JSON; `spec/PLAN.md`).
@@ -1142,6 +1142,57 @@ mod tests {
         assert!(matches!(cli.cmd, Cmd::Debug(DebugCmd::Supervise { .. })));
         // A word that is only an argument is not rewritten.
         assert!(Cli::try_parse_from(args("harness show journal")).is_ok_and(|c| matches!(c.cmd, Cmd::Show { .. })));
+    }
+
+    /// Every command line in an `Examples:` block of a help text parses as written (no old names).
+    #[test]
+    fn every_help_example_parses() {
+        /// The example lines of `text`: after `Examples:`, each `  harness …` line up to a blank one.
+        fn examples(text: &str) -> Vec<String> {
+            let mut out = Vec::new();
+            let mut inside = false;
+            for line in text.lines() {
+                if line.trim_end().ends_with("Examples:") {
+                    inside = true;
+                } else if line.trim().is_empty() {
+                    inside = false;
+                } else if inside && line.trim_start().starts_with("harness ") {
+                    // The command stops at its description (two spaces) or at a pipe.
+                    let cmd = line.trim().split("  ").next().unwrap_or_default();
+                    out.push(cmd.split(" | ").next().unwrap_or_default().to_string());
+                }
+            }
+            out
+        }
+        /// `line` split as a shell would: on spaces, double quotes grouping.
+        fn words(line: &str) -> Vec<String> {
+            let (mut out, mut word, mut quoted) = (Vec::new(), String::new(), false);
+            for c in line.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    ' ' if !quoted => out.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
+                    c => word.push(c),
+                }
+            }
+            out.extend((!word.is_empty()).then_some(word));
+            out
+        }
+        fn walk(c: &clap::Command, path: &str, seen: &mut Vec<String>, bad: &mut Vec<String>) {
+            let texts = [c.get_after_help(), c.get_after_long_help(), c.get_long_about()];
+            for ex in texts.into_iter().flatten().flat_map(|t| examples(&t.to_string())) {
+                if let Err(e) = Cli::try_parse_from(words(&ex)) {
+                    bad.push(format!("{path}: `{ex}`: {}", e.to_string().lines().next().unwrap_or_default()));
+                }
+                seen.push(ex);
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), seen, bad);
+            }
+        }
+        let (mut seen, mut bad) = (Vec::new(), Vec::new());
+        walk(&Cli::command(), "harness", &mut seen, &mut bad);
+        assert!(bad.is_empty(), "help examples that do not parse:\n{}", bad.join("\n"));
+        assert!(seen.iter().any(|e| e == "harness plan check plan.json") && seen.len() > 20, "{seen:?}");
     }
 
     /// `--json` is refused, with the command's name, where there is no JSON to print.
