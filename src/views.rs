@@ -440,7 +440,7 @@ pub struct Blocker {
 }
 
 /// Whether a run's supervisor is there: `live`; `gone` (the run is not over and nothing runs it:
-/// `harness supervise <runId>` recovers it); `none` (the run is over, or a DynWF run, which has none).
+/// `harness debug supervise <runId>` recovers it); `none` (the run is over, or a DynWF run, which has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Supervisor {

@@ -8,6 +8,7 @@ use super::local::{home, pointer};
 use crate::client::Client;
 use crate::control::{self, Act, Reply, Request};
 use crate::ids::{RunId, TaskId};
+use crate::runner::recover_command;
 use crate::term::{out, out_raw, print_json};
 use crate::views::{self, Answer, Approvals, RunDetail, RunRow, RunStatus, TaskDetail, TaskState};
 use serde::Deserialize;
@@ -116,7 +117,7 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
     }
     // Hints go to stderr: stdout stays one line per run.
     for id in gone {
-        eprintln!("{id}: its supervisor is gone; `harness supervise {id}` recovers it, `harness stop {id}` ends it");
+        eprintln!("{id}: its supervisor is gone; `{}` recovers it, `harness stop {id}` ends it", recover_command(&id));
     }
     Ok(())
 }
@@ -712,7 +713,7 @@ pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliEr
             };
         let marks = detail.as_ref().map_or(0, |d| d.attention.len());
         let attention = if *supervisor == views::Supervisor::Gone {
-            format!("supervisor gone: harness supervise {id}")
+            format!("supervisor gone: {}", recover_command(id))
         } else if let Some(b) = r.blocked_by.first() {
             format!("blocked by {}", b.task.as_str())
         } else if marks > 0 {

@@ -1,4 +1,4 @@
-//! Commands that start something: `harness api`, `harness run`, `harness supervise`, and the
+//! Commands that start something: `harness api`, `harness run`, `harness debug supervise`, and the
 //! `normalize-events` filter. Flags are checked here; the work is `api::serve`, `runner`,
 //! `supervisor::supervise` and `normalize::normalize_lines`.
 

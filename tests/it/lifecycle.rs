@@ -289,7 +289,10 @@ fn a_run_whose_supervisor_is_gone_says_so_and_stop_ends_it() {
     let (code, out, err) = cli(&b.home(), &["runs", "--api", &format!("127.0.0.1:{}", api.port)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("GONE"), "{out}");
-    assert!(err.contains(&format!("harness supervise {run}")), "the command that recovers it: {err}");
+    assert!(err.contains(&format!("`harness debug supervise {run}`")), "the command that recovers it: {err}");
+    let (code, out, err) = cli(&b.home(), &["top", "--once", "--api", &format!("127.0.0.1:{}", api.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("supervisor gone: harness debug supervise {run}")), "{out}");
     // harness stop ends it in the journal and cleans up what the dead supervisor left.
     let (code, out, err) = cli(&b.home(), &["stop", &run]);
     assert_eq!(code, 0, "{out}{err}");
