@@ -445,8 +445,15 @@ harness steer greet-demo greet --comment src/greet.rs:12 \"off by one\"")]
     /// its old name (`harness journal …`).
     #[command(subcommand)]
     Debug(DebugCmd),
+}
+
+/// What harness's own processes start, never a person: `harness approval-mcp` (claude starts it)
+/// and `harness stamp` (the wrappers do). Parsed apart from [`Cli`], so that no help, completion
+/// script or man page lists them (clap_complete lists even a hidden command).
+#[derive(Parser)]
+#[command(name = "harness", disable_help_subcommand = true)]
+enum Plumbing {
     /// The MCP permission tool a batch claude turn asks through (started by claude; not for people).
-    #[command(hide = true)]
     ApprovalMcp {
         #[arg(long)]
         socket: std::path::PathBuf,
@@ -460,7 +467,6 @@ harness steer greet-demo greet --comment src/greet.rs:12 \"off by one\"")]
     ///
     /// run CMD with its stdout appended to LOG and each line's arrival time to LOG.times (exits with CMD's
     /// code).
-    #[command(hide = true)]
     Stamp {
         #[arg(long)]
         log: PathBuf,
@@ -849,21 +855,57 @@ enum PlanCmd {
     },
 }
 
+/// The names of the [`Plumbing`] commands.
+const PLUMBING: &[&str] = &["approval-mcp", "stamp"];
+
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse_from(with_debug_aliases(std::env::args_os().collect())) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).and_then(|a| a.to_str()).is_some_and(|a| PLUMBING.contains(&a)) {
+        return match Plumbing::try_parse_from(args) {
+            Ok(p) => {
+                crate::os::service::init_logging("warn");
+                exit_code(plumbing(p))
+            }
+            Err(e) => parse_failed(&e),
+        };
+    }
+    let cli = match Cli::try_parse_from(with_debug_aliases(args)) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { crate::exit::cli::USAGE } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(e) => return parse_failed(&e),
     };
     crate::os::service::init_logging(log_level(&cli.cmd));
-    match run(cli.cmd, cli.json) {
+    exit_code(run(cli.cmd, cli.json))
+}
+
+/// A command line clap refused (or `--help`, `--version`): printed as clap words it; its exit code.
+fn parse_failed(e: &clap::Error) -> i32 {
+    let code = if e.use_stderr() { crate::exit::cli::USAGE } else { 0 };
+    let _ = e.print();
+    code
+}
+
+/// A command's outcome as the process's exit code, an error as one line on stderr.
+fn exit_code(r: Result<(), CliError>) -> i32 {
+    match r {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("harness: {e}");
             e.code()
+        }
+    }
+}
+
+/// Runs a [`Plumbing`] command.
+fn plumbing(p: Plumbing) -> Result<(), CliError> {
+    match p {
+        Plumbing::Stamp { log, cmd } => match crate::os::stamp::run(&log, &cmd) {
+            Ok(rc) => std::process::exit(rc),
+            Err(e) => Err(CliError::Failed(e)),
+        },
+        Plumbing::ApprovalMcp { socket, task, wait } => {
+            let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
+            crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))
+                .map_err(|e| CliError::Failed(format!("approval-mcp: {e}")))
         }
     }
 }
@@ -927,10 +969,6 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
         }
         Cmd::Debug(d) => debug(d),
         Cmd::Install { user: _, bin, print, unit_dir } => local::install(bin, print, unit_dir.as_deref()),
-        Cmd::Stamp { log, cmd } => match crate::os::stamp::run(&log, &cmd) {
-            Ok(rc) => std::process::exit(rc),
-            Err(e) => Err(CliError::Failed(e)),
-        },
         Cmd::Uninstall { user: _, unit_dir } => local::uninstall(unit_dir.as_deref()),
         Cmd::Demo { dir, listen, pace } => {
             crate::demo::run(dir, listen, pace).map_err(|e| error::failed("harness demo", e))
@@ -990,15 +1028,10 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
         }
         Cmd::Session(SessionCmd::End { run }) => remote::control_verb(&run, Act::End(control::End), json),
         Cmd::Completions { shell } => {
-            completions(shell);
+            completions(shell, &mut std::io::stdout());
             Ok(())
         }
         Cmd::Man { dir } => man(dir.as_deref()),
-        Cmd::ApprovalMcp { socket, task, wait } => {
-            let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
-            crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))
-                .map_err(|e| CliError::Failed(format!("approval-mcp: {e}")))
-        }
     }
 }
 
@@ -1015,7 +1048,6 @@ fn no_json(cmd: &Cmd) -> Option<&'static str> {
         Cmd::Man { .. } => "man",
         Cmd::Debug(DebugCmd::Supervise { .. }) => "debug supervise",
         Cmd::Debug(DebugCmd::Plist { .. }) => "debug plist",
-        Cmd::ApprovalMcp { .. } | Cmd::Stamp { .. } => "plumbing",
         _ => return None,
     })
 }
@@ -1053,8 +1085,8 @@ fn debug(cmd: DebugCmd) -> Result<(), CliError> {
 }
 
 /// `harness completions SHELL` (clap_complete).
-fn completions(shell: clap_complete::Shell) {
-    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "harness", &mut std::io::stdout());
+fn completions(shell: clap_complete::Shell, to: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "harness", to);
 }
 
 /// `harness man`: harness(1) in roff, its subcommands listed (clap_mangen).
@@ -1193,6 +1225,29 @@ mod tests {
         walk(&Cli::command(), "harness", &mut seen, &mut bad);
         assert!(bad.is_empty(), "help examples that do not parse:\n{}", bad.join("\n"));
         assert!(seen.iter().any(|e| e == "harness plan check plan.json") && seen.len() > 20, "{seen:?}");
+    }
+
+    /// The plumbing harness's own processes start is in no completion script, and still parses.
+    #[test]
+    fn plumbing_is_in_no_completion_script_and_still_parses() {
+        use clap::ValueEnum;
+        for shell in clap_complete::Shell::value_variants() {
+            let mut script = Vec::new();
+            completions(*shell, &mut script);
+            let script = String::from_utf8(script).unwrap();
+            assert!(script.contains("steer"), "{shell}: {script}");
+            let words: Vec<&str> = script.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').collect();
+            for name in PLUMBING {
+                assert!(!words.contains(name), "{shell} completes `{name}`");
+            }
+        }
+        assert!(Cli::try_parse_from(["harness", "stamp", "--log", "l", "--", "true"]).is_err());
+        let p = Plumbing::try_parse_from(["harness", "stamp", "--log", "l", "--", "true"]).unwrap();
+        assert!(matches!(p, Plumbing::Stamp { .. }));
+        let p = Plumbing::try_parse_from(["harness", "approval-mcp", "--socket", "s", "--task", "t"]).unwrap();
+        assert!(matches!(p, Plumbing::ApprovalMcp { wait: 660, .. }));
+        let names: Vec<String> = Plumbing::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+        assert_eq!(names, PLUMBING);
     }
 
     /// `--json` is refused, with the command's name, where there is no JSON to print.

@@ -179,7 +179,13 @@ fn completions_and_man_pages_are_printed() {
         let (code, out, err) = cli(home.path(), &["completions", shell]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains(want) && out.contains("steer"), "{shell}: {}", &out[..out.len().min(200)]);
+        // The plumbing harness's own processes start is not offered to a person.
+        let words: Vec<&str> = out.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').collect();
+        assert!(!words.contains(&"approval-mcp") && !words.contains(&"stamp"), "{shell} completes the plumbing");
     }
+    let log = home.path().join("stamped.log");
+    let (code, _, err) = cli(home.path(), &["stamp", "--log", log.to_str().unwrap(), "--", "echo", "hi"]);
+    assert_eq!((code, std::fs::read_to_string(&log).unwrap().as_str()), (0, "hi\n"), "{err}");
     let (code, _, err) = cli(home.path(), &["completions", "tcsh"]);
     assert_eq!(code, 2, "{err}");
     let (code, out, _) = cli(home.path(), &["man"]);
