@@ -19,6 +19,7 @@ use crate::config;
 use crate::control::{self, Act};
 use crate::engine::Adapter;
 use crate::os::home::Home;
+use crate::os::service::Logging;
 use crate::state::journal::Verb;
 use crate::state::registry::Plane;
 use crate::timeouts;
@@ -863,7 +864,7 @@ pub fn main() -> i32 {
     if args.get(1).and_then(|a| a.to_str()).is_some_and(|a| PLUMBING.contains(&a)) {
         return match Plumbing::try_parse_from(args) {
             Ok(p) => {
-                crate::os::service::init_logging("warn");
+                crate::os::service::init_logging(Logging::Person);
                 exit_code(plumbing(p))
             }
             Err(e) => parse_failed(&e),
@@ -873,7 +874,7 @@ pub fn main() -> i32 {
         Ok(c) => c,
         Err(e) => return parse_failed(&e),
     };
-    crate::os::service::init_logging(log_level(&cli.cmd));
+    crate::os::service::init_logging(logging(&cli.cmd));
     exit_code(run(cli.cmd, cli.json))
 }
 
@@ -910,15 +911,15 @@ fn plumbing(p: Plumbing) -> Result<(), CliError> {
     }
 }
 
-/// What is logged without `RUST_LOG`: everything a daemon logs (its journald story), warnings
-/// only for a person's command — a batch `harness run` prints progress lines, its log with `-v`.
-fn log_level(cmd: &Cmd) -> &'static str {
+/// Who reads what is logged: everything a daemon logs (its journald story); a person's command
+/// only its warnings, plainly — a batch `harness run` prints progress lines, its log with `-v`.
+fn logging(cmd: &Cmd) -> Logging {
     match cmd {
-        Cmd::Api { .. } | Cmd::Debug(DebugCmd::Supervise { .. }) => "info",
-        Cmd::Run { verbose: true, .. } => "info",
-        Cmd::Run { supervised: true, foreground: true, .. } => "info",
-        Cmd::Session(SessionCmd::Start { foreground: true, .. }) => "info",
-        _ => "warn",
+        Cmd::Api { .. } | Cmd::Debug(DebugCmd::Supervise { .. }) => Logging::Daemon,
+        Cmd::Run { verbose: true, .. } => Logging::Daemon,
+        Cmd::Run { supervised: true, foreground: true, .. } => Logging::Daemon,
+        Cmd::Session(SessionCmd::Start { foreground: true, .. }) => Logging::Daemon,
+        _ => Logging::Person,
     }
 }
 

@@ -393,3 +393,33 @@ fn a_steer_sent_while_a_kill_waits_out_its_grace_is_refused_and_the_task_stays_h
     control(&b.sock(), &serde_json::json!({"verb":"stop"}));
     sup.wait_exit(T);
 }
+
+#[test]
+fn a_persons_command_warns_in_one_plain_line_and_v_or_rust_log_keep_the_log_format() {
+    let b = Bench::new();
+    // A gate that fails leaves the task's work unintegrated: the run's end keeps it, with a warning.
+    let plan = b.plan(
+        r#"{"v":"plan/v1","slug":"warn","tasks":[{"id":"g","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]","gate":"false"}]}"#,
+    );
+    let stderr = |slug: &str, args: &[&str], rust_log: Option<&str>| {
+        let mut c = b.harness("success");
+        c.env_remove("RUST_LOG").arg("run").arg(&plan).args(["--slug", slug]).args(args);
+        if let Some(l) = rust_log {
+            c.env("RUST_LOG", l);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "the run fails");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let kept = "kept: task g is not integrated and holds 1 uncommitted path(s)";
+    let err = stderr("warn", &[], None);
+    assert!(err.contains(&format!("harness: warning: {kept}")), "{err}");
+    assert!(err.lines().all(|l| l.starts_with("harness: ")), "a line in tracing's format:\n{err}");
+    assert!(!err.contains("RUN_ID") && !err.contains("WARN"), "{err}");
+    // -v and RUST_LOG: the log as before (time, level, message, fields).
+    for (slug, args, rust_log) in [("warn-v", &["-v"][..], None), ("warn-env", &[][..], Some("warn"))] {
+        let err = stderr(slug, args, rust_log);
+        let line = err.lines().find(|l| l.contains(kept)).unwrap_or_else(|| panic!("{slug}: {err}"));
+        assert!(line.contains(" WARN ") && line.contains("RUN_ID="), "{slug}: {line}");
+    }
+}
