@@ -541,16 +541,13 @@ pub(super) fn control_verb(run: &str, act: Act, json: bool) -> Result<(), CliErr
         if let Ok(s) = status
             && s.is_over()
         {
-            out(&format!("run {}: already {}; nothing to do", p.run_id, s.as_str()));
+            stopped_here(&format!("run {}: already {}; nothing to do", p.run_id, s.as_str()), &[], json);
             return Ok(());
         }
         let done = client_rt()?
             .block_on(crate::supervisor::abandoned::stop(&home, &p.run_id, "cli"))
             .map_err(|e| CliError::Failed(format!("run {} is not live and cannot be stopped: {e}", p.run_id)))?;
-        out(&format!("run {}: its supervisor was gone; stopped it here:", p.run_id));
-        for d in done {
-            out(&format!("  {d}"));
-        }
+        stopped_here(&format!("run {}: its supervisor was gone; stopped it here:", p.run_id), &done, json);
         return Ok(());
     }
     let req = Request::new(act, Some("cli".to_string()));
@@ -566,6 +563,18 @@ pub(super) fn control_verb(run: &str, act: Act, json: bool) -> Result<(), CliErr
         Reply::Done(_) => Ok(()),
         Reply::Refused(r) => Err(CliError::Failed(format!("{} refused by run {}: {}", req.verb(), p.run_id, r.detail))),
     }
+}
+
+/// What `stop` did without a supervisor: `what`, then each of `done` on its own line; with `json`,
+/// the answer a supervisor gives a stop (`{"ok":true,"detail":…}`, `done` joined into the detail).
+fn stopped_here(what: &str, done: &[String], json: bool) {
+    if json {
+        let detail = std::iter::once(what.trim_end_matches(':').to_string()).chain(done.iter().cloned());
+        print_json(&control::Answer::Stop { detail: detail.collect::<Vec<_>>().join("; "), ok: control::True });
+        return;
+    }
+    out(what);
+    done.iter().for_each(|d| out(&format!("  {d}")));
 }
 
 /// A supervisor's answer for a person: a status as lines, any other answer as its detail.

@@ -423,3 +423,33 @@ fn a_persons_command_warns_in_one_plain_line_and_v_or_rust_log_keep_the_log_form
         assert!(line.contains(" WARN ") && line.contains("RUN_ID="), "{slug}: {line}");
     }
 }
+
+#[test]
+fn stop_json_prints_one_json_answer_on_every_path() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"gone-json","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang", &[]);
+    wait_for(T, || (!b.records().is_empty()).then_some(())).expect("the turn runs");
+    sup.child.kill().unwrap(); // a crash: the next stop finds no supervisor
+    sup.child.wait().unwrap();
+    let run = b.run_id();
+    let json = |out: &str| -> serde_json::Value {
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("not one JSON value ({e}): {out}"))
+    };
+    // Its supervisor gone: stopped here, said as a supervisor's stop answer is.
+    let (code, out, err) = cli(&b.home(), &["stop", &run, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("its supervisor was gone; stopped it here"), "{v}");
+    assert_eq!(b.view()["status"], "stopped");
+    // Over already: nothing to do, in JSON too.
+    let (code, out, err) = cli(&b.home(), &["stop", &run, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(
+        (v["ok"].as_bool(), v["detail"].as_str()),
+        (Some(true), Some(&*format!("run {run}: already stopped; nothing to do"))),
+        "{v}"
+    );
+}
