@@ -134,7 +134,7 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
     let live = match d.supervisor {
         _ if d.live => "supervised, live".to_string(),
-        views::Supervisor::Gone => format!("supervisor gone: `harness debug supervise {id}` recovers it"),
+        views::Supervisor::Gone => format!("supervisor gone: `{}` recovers it", recover_command(&id)),
         _ => "not live".to_string(),
     };
     out(&format!(
@@ -487,9 +487,10 @@ fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -
     let msg = match d.run.status {
         s if s.is_over() => format!("run {run} {} {}; {events}", over_word(s), fmt::ago(when)),
         _ if d.supervisor == views::Supervisor::Gone => format!(
-            "run {run} is {} but its supervisor is gone (last seen {}): `harness debug supervise {run}` recovers it, `harness stop {run}` ends it",
+            "run {run} is {} but its supervisor is gone (last seen {}): `{}` recovers it, `harness stop {run}` ends it",
             d.run.status.label(),
-            fmt::ago(when)
+            fmt::ago(when),
+            recover_command(run)
         ),
         _ if d.live => format!(
             "run {run} is a batch run (started without --supervised): it takes no verbs; Ctrl-C in its terminal stops it; {events}"
@@ -620,8 +621,10 @@ fn not_live_here(p: &crate::state::registry::Pointer) -> String {
             )
         }
         _ => format!(
-            "run {} has no live supervisor: `harness debug supervise {}` recovers it, `harness show {}` shows it",
-            p.run_id, p.run_id, p.run_id
+            "run {} has no live supervisor: `{}` recovers it, `harness show {}` shows it",
+            p.run_id,
+            recover_command(&p.run_id),
+            p.run_id
         ),
     }
 }
