@@ -149,7 +149,7 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
         out(&format!(
             "  blocked by {} ({}): {}{fails} — `harness retry {id} {}`, `harness skip {id} {} --reason …` or a steer unblocks it",
             b.task.as_str(),
-            b.state.label(),
+            views::task_label(b.state, b.detail.as_deref().map(|d| crate::state::views::halt_reason(None, d)), None),
             b.detail.as_deref().unwrap_or(""),
             b.task.as_str(),
             b.task.as_str()
@@ -163,7 +163,7 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
                 "  {:<16} {:<7} {:<16} {:>9}  {:>11}  {}",
                 t.id.as_str(),
                 t.adapter.as_str(),
-                t.facts.state.label(),
+                t.facts.label(t.live_state),
                 money(t.usage.as_ref()),
                 took,
                 t.facts.detail.as_deref().unwrap_or("")
@@ -218,7 +218,7 @@ pub(super) fn show_task(c: &Client, run: &str, task: &str, json: bool) -> Result
 /// The lines of `show_task` (a pure rendering of the task's view and its approvals).
 fn task_lines(id: &crate::ids::RunId, d: &TaskDetail, approvals: &[views::ApprovalView]) -> Vec<String> {
     let adapter = d.binding.as_ref().and_then(|b| b["adapter"].as_str()).unwrap_or("?");
-    let state = d.live.as_ref().filter(|l| l.alive).map_or(d.facts.state.label(), |l| l.state.label());
+    let state = d.facts.label(d.live.as_ref().filter(|l| l.alive).map(|l| l.state));
     let mut l = vec![format!("task {} of run {id} · {state} · {adapter}", d.task.as_str())];
     let row = |l: &mut Vec<String>, k: &str, v: String| l.push(format!("  {k:<10} {v}"));
     if let Some(s) = &d.facts.session_id {
@@ -263,7 +263,9 @@ fn task_lines(id: &crate::ids::RunId, d: &TaskDetail, approvals: &[views::Approv
         let rc = a.rc.map(|r| format!(" rc {r}")).unwrap_or_default();
         let why = a.reason.as_deref().map(|r| format!("  {r}")).unwrap_or_default();
         let took = fmt::between(&a.started_at, a.ended_at.as_deref());
-        l.push(format!("    {:>2}  {}  {took:>7}  {}{rc}{why}", a.n, fmt::clock(&a.started_at), a.state.label()));
+        let halt = a.reason.as_deref().map(|r| crate::state::views::halt_reason(a.rc, r));
+        let state = views::task_label(a.state, halt, None);
+        l.push(format!("    {:>2}  {}  {took:>7}  {state}{rc}{why}", a.n, fmt::clock(&a.started_at)));
     }
     if !d.steers.is_empty() {
         l.push("  steers".into());
@@ -750,7 +752,7 @@ pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliEr
                     "  {:<14} w{:<3} {:<16} {:>9}  {}",
                     t.id.as_str(),
                     w.wave,
-                    t.facts.state.label(),
+                    t.facts.label(t.live_state),
                     money(t.usage.as_ref()),
                     t.facts.detail.as_deref().unwrap_or("").chars().take(60).collect::<String>()
                 ));

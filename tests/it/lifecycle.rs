@@ -453,3 +453,40 @@ fn stop_json_prints_one_json_answer_on_every_path() {
         "{v}"
     );
 }
+
+#[test]
+fn show_says_what_a_task_is_doing_and_an_interrupted_attempt_reads_interrupted() {
+    // A gate running: `show RUN` and `top --once` say so, as `show RUN TASK` does.
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"gating","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a","gate":"sleep 30"}]}"#;
+    let _sup = b.start_supervised(plan, "success", &[]);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let at = format!("127.0.0.1:{}", api.port);
+    wait_for(T, || {
+        (api.get(&format!("/runs/{run}")).json()["plan"]["waves"][0]["tasks"][0]["live_state"] == "gating")
+            .then_some(())
+    })
+    .expect("the gate runs");
+    for args in [&["show", &run][..], &["show", &run, "A"], &["top", "--once"]] {
+        let (code, out, err) = cli(&b.home(), &[args, &["--api", &at]].concat());
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains("running gate"), "{args:?}: {out}");
+    }
+    assert_eq!(cli(&b.home(), &["stop", &run]).0, 0);
+    // A turn a steer interrupted: its attempt reads `interrupted` in `show`, as in the progress lines.
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"steered","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang,success", &[]);
+    wait_for(T, || (!b.records().is_empty()).then_some(())).expect("the turn runs");
+    let r = control(&b.sock(), &serde_json::json!({"verb":"steer","task":"A","msg":"do X","interrupt":true}));
+    assert_eq!(r["ok"], true, "{r}");
+    b.wait_state("A", "committed", T);
+    sup.wait_exit(T);
+    let api = ApiProc::start(&b.home(), &[]);
+    let (code, out, err) = cli(&b.home(), &["show", &b.run_id(), "A", "--api", &format!("127.0.0.1:{}", api.port)]);
+    assert_eq!(code, 0, "{err}");
+    let attempts: Vec<&str> = out.lines().skip_while(|l| l.trim() != "attempts").skip(1).take(2).collect();
+    assert!(attempts.len() == 2 && attempts[0].contains("interrupted") && !attempts[0].contains("failed"), "{out}");
+    assert!(attempts[1].contains("done"), "{out}");
+}
