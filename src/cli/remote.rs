@@ -449,7 +449,7 @@ fn post(c: &Client, run: &RunId, path: &str, body: &impl serde::Serialize, json:
     let (status, bytes) = rt.block_on(c.call("POST", path, Some(&body)))?;
     let v = match api_answer(status, &bytes) {
         Ok(v) => v,
-        Err(e) if status == 409 && e.to_string().contains(NOT_LIVE) => return Err(not_live(c, &rt, run, path)),
+        Err(e) if is_not_live(status, &e.to_string()) => return Err(CliError::Failed(not_live(c, &rt, run, path))),
         Err(e) => return Err(e),
     };
     if json {
@@ -475,8 +475,14 @@ fn over_word(s: RunStatus) -> &'static str {
 /// The pinned prefix of the API's 409 for a run no supervisor serves.
 const NOT_LIVE: &str = "run not supervised / not live";
 
-/// Why a verb found no live run, as a person says it: `run … finished 2m 10s ago; its events: …`.
-fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -> CliError {
+/// Whether a verb's answer (`status`, its detail) is the API's 409 for a run no supervisor serves.
+pub(super) fn is_not_live(status: u16, detail: &str) -> bool {
+    status == 409 && detail.contains(NOT_LIVE)
+}
+
+/// Why a verb found no live run, as a person says it: `run … finished 2m 10s ago; its events: …`
+/// (the CLI's verbs and `top`'s keys).
+pub(super) fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -> String {
     let task = path.split("/tasks/").nth(1).and_then(|t| t.split('/').next()).unwrap_or("TASK");
     let events = format!("its events: harness watch {run} {task}");
     let d = rt
@@ -484,9 +490,9 @@ fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -
         .ok()
         .and_then(|(s, b)| api_answer(s, &b).ok())
         .and_then(|v| serde_json::from_value::<RunDetail>(v).ok());
-    let Some(d) = d else { return CliError::Failed(format!("run {run} is not live; {events}")) };
+    let Some(d) = d else { return format!("run {run} is not live; {events}") };
     let when = d.run.finished_at.as_deref().or(d.run.updated.as_deref());
-    let msg = match d.run.status {
+    match d.run.status {
         s if s.is_over() => format!("run {run} {} {}; {events}", over_word(s), fmt::ago(when)),
         _ if d.supervisor == views::Supervisor::Gone => format!(
             "run {run} is {} but its supervisor is gone (last seen {}): `{}` recovers it, `harness stop {run}` ends it",
@@ -498,8 +504,7 @@ fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -
             "run {run} is a batch run (started without --supervised): it takes no verbs; Ctrl-C in its terminal stops it; {events}"
         ),
         _ => format!("run {run} has no supervisor ({}): it was started without one; {events}", d.run.status.label()),
-    };
-    CliError::Failed(msg)
+    }
 }
 /// A task's verb (`steer`, `kill`, `retry`…): a POST to its route.
 pub(super) fn task_verb(
