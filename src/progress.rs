@@ -48,7 +48,7 @@ impl Progress {
 
 /// One record as a line: `17:45:02  greet   running  (claude)`.
 pub fn line_of(rec: &Record) -> String {
-    let t = rec.ts.get(11..19).unwrap_or(&rec.ts);
+    let t = crate::os::localtime::clock(&rec.ts);
     let why = |d: &Option<String>| d.as_ref().map(|d| format!("  ({d})")).unwrap_or_default();
     match &rec.body {
         Body::Run(r) => format!("{t}  run {}{}", format!("{:?}", r.event).to_lowercase(), why(&r.detail)),

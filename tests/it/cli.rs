@@ -210,3 +210,29 @@ fn completions_and_man_pages_are_printed() {
     let (code, _, err) = cli(home.path(), &["journal", "show", "0123456789ab--nope"]);
     assert_ne!(code, 2, "the old name parses: {err}");
 }
+
+#[test]
+fn clock_times_are_the_local_clocks() {
+    let home = tempfile::tempdir().unwrap();
+    let runs = install_fixture_runs(home.path());
+    let run = run_id_of(&runs, "finished");
+    let api = ApiProc::start(home.path(), &[]);
+    let at = format!("127.0.0.1:{}", api.port);
+    // T1's attempt started at 09:00:00 UTC (the fixture's journal).
+    let show = |tz: &str| {
+        let o = harness(home.path()).env("TZ", tz).args(["show", &run, "T1", "--api", &at]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let attempt = |out: &str| out.lines().skip_while(|l| l.trim() != "attempts").nth(1).unwrap_or_default().to_string();
+    assert!(attempt(&show("UTC0")).contains(" 09:00:00 "), "{}", show("UTC0"));
+    // Five hours west (a POSIX rule: no tz database needed), and New York where the database is.
+    let mut zones = vec!["EST5"];
+    if std::path::Path::new("/usr/share/zoneinfo/America/New_York").exists() {
+        zones.push("America/New_York");
+    }
+    for tz in zones {
+        let out = show(tz);
+        assert!(attempt(&out).contains(" 04:00:00 "), "{tz}: {out}");
+    }
+}
