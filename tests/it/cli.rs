@@ -159,6 +159,10 @@ fn the_cli_talks_to_its_own_homes_api_only() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("serves another harness home") && err.contains(&id), "{err}");
+    // What to do is said once.
+    assert!(err.contains(&format!("pass --api {addr} to use that one")), "{err}");
+    assert_eq!(err.matches("harness api").count(), 1, "{err}");
+    assert!(!err.contains("--api ADDR"), "{err}");
     assert!(out.stdout.is_empty(), "nothing of the other home is listed");
     // --api: that API, whatever it serves.
     let out = harness(b.path()).args(["runs", "--api", &addr]).output().unwrap();
