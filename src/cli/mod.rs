@@ -596,7 +596,7 @@ impl RunsFilter {
 #[derive(clap::Args, Clone)]
 struct ApiArgs {
     /// The API address (TCP), used whatever home it serves. Default: the API's Unix socket
-    /// $HARNESS_HOME/sock/api.sock when it exists, else $HARNESS_API_ADDR or
+    /// $HARNESS_HOME/sock/api.sock when an API listens on it, else $HARNESS_API_ADDR or
     /// 127.0.0.1:7878 — refused (exit 4) when that API serves another home.
     #[arg(long = "api", value_name = "ADDR")]
     addr: Option<SocketAddr>,
@@ -604,11 +604,13 @@ struct ApiArgs {
 
 impl ApiArgs {
     /// The API's Unix socket when it exists (the owner needs no token there), unless `--api` or
-    /// `$HARNESS_API_ADDR` choose TCP.
+    /// `$HARNESS_API_ADDR` choose TCP. A socket file nobody listens on (an API killed before it
+    /// could remove it) is as good as absent: TCP is tried instead.
     fn client(&self) -> Result<Client, CliError> {
         let home = Home::from_env().ok();
         let chosen_tcp = self.addr.is_some() || std::env::var("HARNESS_API_ADDR").is_ok_and(|v| !v.is_empty());
-        let unix = home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists());
+        let unix =
+            home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists() && !stale(p));
         let endpoint = match (unix, self.addr) {
             (Some(path), _) => crate::client::Endpoint::Unix(path),
             (None, Some(a)) => crate::client::Endpoint::Tcp(a),
@@ -619,6 +621,12 @@ impl ApiArgs {
         let token = home.and_then(|h| config::api_token(&h).ok().flatten());
         Ok(Client { endpoint, token, home: expect })
     }
+}
+
+/// A socket file that refuses connections: nothing listens on it any more. (Any other failure, say
+/// permissions, is left for the request to report.)
+fn stale(socket: &std::path::Path) -> bool {
+    std::os::unix::net::UnixStream::connect(socket).is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 /// Supervisor tuning.

@@ -240,3 +240,32 @@ fn clock_times_are_the_local_clocks() {
         assert!(attempt(&out).contains(" 04:00:00 "), "{tz}: {out}");
     }
 }
+
+#[test]
+fn the_api_removes_its_socket_when_it_stops_and_the_cli_passes_over_a_stale_one() {
+    let home = tempfile::tempdir().unwrap();
+    install_fixture_runs(home.path());
+    let sock = home.path().join("sock/api.sock");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut api = ApiProc::start(home.path(), &[]);
+        assert!(sock.exists(), "no {}", sock.display());
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(api.proc.child.id() as i32, sig) };
+        api.proc.wait_exit(T);
+        assert!(!sock.exists(), "signal {sig}: {} left behind", sock.display());
+    }
+    // A socket file nobody listens on (an API killed with SIGKILL cannot remove its own): the CLI
+    // goes to TCP as if there were none — the default address, which the error names, not the
+    // socket's "Connection refused".
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let out = harness(home.path()).env_remove("HARNESS_API_ADDR").args(["runs"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("cannot reach the API at 127.0.0.1:7878") && !err.contains("api.sock"), "{err}");
+    // An API that starts again takes the path over, and the CLI uses it.
+    let _api = ApiProc::start(home.path(), &[]);
+    let (code, out, err) = cli(home.path(), &["runs"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 6, "{out}");
+}

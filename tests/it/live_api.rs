@@ -479,9 +479,14 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
     assert!(seen.iter().any(|l| l.contains(&format!("{exe} watch"))), "prints how to watch, with the binary it runs");
     assert!(seen.iter().any(|l| l.contains(&format!("binary {exe}"))), "names its binary");
     assert!(seen.iter().any(|l| l.ends_with("polish       done") || l.contains("polish       done ")), "{seen:?}");
-    // SIGTERM ends the demo cleanly.
+    // SIGTERM ends the demo cleanly, its API's socket file removed.
+    let sock = dir.path().join("d/home/sock/api.sock");
+    assert!(sock.exists(), "no {}", sock.display());
+    let mut p = p;
     // SAFETY: signalling our own child.
     unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
+    p.wait_exit(Duration::from_secs(30));
+    assert!(!sock.exists(), "{} left behind", sock.display());
     let repo = dir.path().join("d/repo");
     let log = std::process::Command::new("git").arg("-C").arg(&repo).args(["log", "--oneline"]).output().unwrap();
     assert_eq!(
