@@ -96,6 +96,8 @@ fn plan_text(pace: Pace) -> String {
 }
 
 pub fn run(dir: Option<PathBuf>, listen: Option<SocketAddr>, pace: Pace) -> Result<(), String> {
+    // The API serves on whether or not anyone reads the narration.
+    crate::term::outlive_stdout();
     let fixtures = fixtures()?;
     let wrappers = crate::wrapper::wrappers_dir()?;
     let dir = match dir {

@@ -194,6 +194,10 @@ pub(super) fn run_plan(
         out(&id.to_string());
         return Ok(());
     }
+    if !how.supervised || how.foreground {
+        // The run is in this process: a reader that goes away ends the printing, not the run.
+        crate::term::outlive_stdout();
+    }
     if !how.supervised {
         if !how.json {
             out(&format!("run {id} started (batch, in this terminal; Ctrl-C stops it)"));
@@ -232,6 +236,7 @@ pub(super) fn run_plan(
 }
 
 pub(super) fn supervise(run: &str, tuning: &Tuning) -> Result<(), CliError> {
+    crate::term::outlive_stdout();
     let id = super::runref::resolve(run)?;
     let mut opts = tuning.options();
     // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before

@@ -269,3 +269,33 @@ fn the_api_removes_its_socket_when_it_stops_and_the_cli_passes_over_a_stale_one(
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 6, "{out}");
 }
+
+#[test]
+fn a_batch_run_whose_output_is_closed_early_runs_to_its_end() {
+    let b = Bench::new();
+    let p = b.plan(&plan(&[
+        serde_json::json!({"id": "A", "wave": 1, "adapter": "claude", "prompt": "a [fake-write:a.txt]"}),
+        serde_json::json!({"id": "B", "wave": 2, "adapter": "claude", "prompt": "b [fake-write:b.txt]"}),
+        serde_json::json!({"id": "C", "wave": 3, "adapter": "claude", "prompt": "c [fake-write:c.txt]"}),
+    ]));
+    // `harness run plan.json | head -1`: the reader takes a line and goes away.
+    let mut child = b
+        .harness("success")
+        .env_remove("RUST_LOG")
+        .arg("run")
+        .arg(&p)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut first).unwrap();
+    assert!(first.contains("started"), "{first}");
+    let mut p = Proc { child };
+    assert_eq!(p.wait_exit(T), 0, "the run ends as it would have");
+    let v = b.view();
+    assert_eq!(v["status"], "finished", "{v}");
+    for t in ["A", "B", "C"] {
+        assert_eq!(v["tasks"][t]["state"], "committed", "{v}");
+    }
+}
