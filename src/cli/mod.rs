@@ -66,7 +66,7 @@ harness demo --pace fast     as fast as the machine goes\n  harness demo --pace 
         /// Where to put the scratch repo and harness home (default: a new dir under /tmp).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// The API's address (default: 127.0.0.1 on a free port).
+        /// The API's address (default: 127.0.0.1:7878 when it is free, else a free port on 127.0.0.1).
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
         /// Engine pacing: `recorded` (the captures' own timing), `fast`, or seconds per line.

@@ -479,6 +479,8 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
     assert!(seen.iter().any(|l| l.contains(&format!("{exe} watch"))), "prints how to watch, with the binary it runs");
     assert!(seen.iter().any(|l| l.contains(&format!("binary {exe}"))), "names its binary");
     assert!(seen.iter().any(|l| l.ends_with("polish       done") || l.contains("polish       done ")), "{seen:?}");
+    // At `--pace fast` nothing waits for a steer: no steer is offered that would be refused.
+    assert!(!seen.iter().any(|l| l.contains("harness steer ")), "{seen:?}");
     // SIGTERM ends the demo cleanly, its API's socket file removed.
     let sock = dir.path().join("d/home/sock/api.sock");
     assert!(sock.exists(), "no {}", sock.display());
@@ -575,5 +577,12 @@ fn the_demos_last_task_waits_for_a_steer_and_a_verb_on_the_finished_run_says_so_
     assert_eq!(code, 1, "{err}");
     assert!(err.contains(&format!("run {run} finished")) && err.contains("ago; its events: harness watch"), "{err}");
     assert!(!err.contains("os error") && !err.contains(".sock"), "no socket path, no os error: {err}");
+    // The one steer the demo prints is polish's, which waits for it: it works whenever it is typed.
+    let steers: Vec<&String> = seen.iter().filter(|l| l.contains("harness steer ")).collect();
+    assert!(!steers.is_empty() && steers.iter().all(|l| l.contains(" polish ")), "{steers:?}");
+    // --help says what --listen does without one.
+    let (code, out, _) = cli(&home, &["demo", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("127.0.0.1:7878 when it is free, else a free port"), "{out}");
     kill_all_with_home(&home);
 }
