@@ -35,6 +35,9 @@ impl std::fmt::Display for Endpoint {
 pub struct Unreachable {
     pub at: String,
     pub detail: String,
+    /// What to do about it when the cause has its own remedy (an API serving another home);
+    /// `None`: the general one (start an API, or name one), which the CLI says.
+    pub remedy: Option<String>,
 }
 
 #[derive(Clone)]
@@ -106,7 +109,7 @@ impl SseEvent {
 
 impl Client {
     fn unreachable(&self, e: &dyn std::fmt::Display) -> Unreachable {
-        Unreachable { at: self.endpoint.to_string(), detail: e.to_string() }
+        Unreachable { at: self.endpoint.to_string(), detail: e.to_string(), remedy: None }
     }
 
     async fn send(&self, req: Request<Full<Bytes>>) -> Result<hyper::Response<hyper::body::Incoming>, Unreachable> {
@@ -122,10 +125,15 @@ impl Client {
         let resp = sender.send_request(req).await.map_err(|e| self.unreachable(&e))?;
         let served = resp.headers().get("harness-home").and_then(|v| v.to_str().ok());
         match (&self.home, served) {
-            (Some(want), Some(got)) if want != got => Err(self.unreachable(&format!(
-                "it serves another harness home (id {got}; this one, $HARNESS_HOME, is {want}): start `harness api` for this home, or pass --api {} to use that one",
-                self.endpoint
-            ))),
+            (Some(want), Some(got)) if want != got => Err(Unreachable {
+                remedy: Some(format!(
+                    "start `harness api` for this home, or pass --api {} to use that one",
+                    self.endpoint
+                )),
+                ..self.unreachable(&format!(
+                    "it serves another harness home (id {got}; this one, $HARNESS_HOME, is {want})"
+                ))
+            }),
             _ => Ok(resp),
         }
     }

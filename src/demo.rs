@@ -84,7 +84,7 @@ fn bind(listen: Option<SocketAddr>) -> Result<std::net::TcpListener, String> {
         return std::net::TcpListener::bind(a)
             .map_err(|e| format!("cannot listen on {a}: {e} (pass --listen 127.0.0.1:0 for any free port)"));
     }
-    std::net::TcpListener::bind("127.0.0.1:7878")
+    std::net::TcpListener::bind(crate::config::DEFAULT_API_ADDR)
         .or_else(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))
 }
@@ -96,6 +96,8 @@ fn plan_text(pace: Pace) -> String {
 }
 
 pub fn run(dir: Option<PathBuf>, listen: Option<SocketAddr>, pace: Pace) -> Result<(), String> {
+    // The API serves on whether or not anyone reads the narration.
+    crate::term::outlive_stdout();
     let fixtures = fixtures()?;
     let wrappers = crate::wrapper::wrappers_dir()?;
     let dir = match dir {
@@ -189,9 +191,10 @@ fn banner(home: &Home, repo: &Path, id: &RunId, addr: SocketAddr, pace: Pace) {
     say(&format!("  {}", hx("top")));
     say(&format!("  {}", hx(&format!("watch {id} greet"))));
     say(&format!("  {}", hx(&format!("show {id} greet"))));
-    say(&format!("  {}", hx(&format!("steer {id} docs \"mention the exit code\""))));
     say(&format!("  {}", hx(&format!("pause {id}"))));
     say(&format!("  {}", hx(&format!("diff {id} greet"))));
+    // The one steer printed is polish's: it waits for it, so it works whenever it is typed (the
+    // other tasks end on their own, and a steer to a finished task is refused).
     if pace != Pace::Fast {
         say("The last task, polish, waits for you (wave 4): steer it and it finishes the run,");
         say(&format!("  {}", hx(&format!("steer {id} polish --interrupt \"say hello in French too\""))));

@@ -51,16 +51,15 @@ impl Progress {
 /// One record as a line: `17:45:02  greet   running  (claude)`; none for the bookkeeping of an
 /// `Idempotency-Key` (the verb's own record says what happened).
 pub fn line_of(rec: &Record) -> Option<String> {
-    let t = rec.ts.get(11..19).unwrap_or(&rec.ts);
+    let t = crate::os::localtime::clock(&rec.ts);
     let why = |d: &Option<String>| d.as_ref().map(|d| format!("  ({d})")).unwrap_or_default();
     Some(match &rec.body {
         Body::Idempotency(_) => return None,
         Body::Run(r) => format!("{t}  run {}{}", format!("{:?}", r.event).to_lowercase(), why(&r.detail)),
         Body::Task(k) => {
             // A turn ended for a steer's interrupt is halted on the record, but nothing failed.
-            let interrupted =
-                k.detail.as_deref().is_some_and(|d| d.starts_with("killed by steer") && d.ends_with("(interrupt)"));
-            let state = if interrupted { "interrupted" } else { views::TaskState::from(k.state).label() };
+            let halt = k.detail.as_deref().map(|d| crate::state::views::halt_reason(k.rc, d));
+            let state = views::task_label(k.state.into(), halt, None);
             let sha = k.sha.as_deref().map(|s| format!(" {}", &s[..s.len().min(10)])).unwrap_or_default();
             format!("{t}  {:<12} {state}{sha}{}", k.task.as_str(), why(&k.detail))
         }

@@ -1,6 +1,6 @@
 //! `harness run PLAN.json`: validates the plan, registers the run (plan copy first, then the pointer),
 //! journals `run started`, and starts its supervisor — through systemd when the user manager has the
-//! units, else as a detached `harness supervise` process, or in this process (`--foreground`, and the
+//! units, else as a detached `harness debug supervise` process, or in this process (`--foreground`, and the
 //! unsupervised batch mode). It decides nothing about tasks.
 
 use crate::ids::{RunId, Slug};
@@ -175,11 +175,18 @@ fn slug_lock(runstate: &Path) -> Result<crate::os::flock::Flock, RunError> {
     crate::os::flock::Flock::exclusive(&f).map_err(|e| RunError::Failed(format!("locking {}: {e}", path.display())))
 }
 
+/// The command a person runs to recover a run whose supervisor is gone (the documented name, not
+/// the old top-level alias).
+pub fn recover_command(run: &RunId) -> String {
+    format!("harness debug supervise {run}")
+}
+
 /// A live (or paused, or supervisor-less) run of the plan is refused, naming it and what ends it.
 fn refuse_live(run: &RunId, status: &str) -> RunError {
     RunError::Invalid(format!(
         "run {run} of this plan is {status} in this worktree: wait for it, end it (`harness stop {run}`; \
-         `harness supervise {run}` recovers one whose supervisor is gone), or run beside it with `--slug NEW`"
+         `{}` recovers one whose supervisor is gone), or run beside it with `--slug NEW`",
+        recover_command(run)
     ))
 }
 
@@ -329,7 +336,7 @@ pub fn start_with_systemd(home: &Home, run: &RunId, prefix: &str) -> Result<Stri
     Ok(format!("systemd unit {prefix}-supervisor@{run}.service"))
 }
 
-/// Spawns `harness supervise <run>` detached (new session, stdin closed, output appended to
+/// Spawns `harness debug supervise <run>` detached (new session, stdin closed, output appended to
 /// `<runstateDir>/<slug>.supervisor.log`) and waits for its socket.
 pub fn start_detached(
     home: &Home,

@@ -285,6 +285,25 @@ impl LiveState {
     }
 }
 
+/// A task's state as a person reads it (`show`, `top`, the progress lines), every front end through
+/// here: what its live process is doing while one runs (`live`: `running gate`, `in review`…), else
+/// its journal state's words — a halt an interrupt made (`halt`: [`HaltReason::Interrupted`], a
+/// steer's or the verb's) reads `interrupted`, as nothing failed.
+pub fn task_label(state: TaskState, halt: Option<HaltReason>, live: Option<LiveState>) -> &'static str {
+    match (live, state, halt) {
+        (Some(l), _, _) => l.label(),
+        (None, TaskState::Halted, Some(HaltReason::Interrupted)) => "interrupted",
+        (None, s, _) => s.label(),
+    }
+}
+
+impl TaskFacts {
+    /// The task's state as a person reads it ([`task_label`]), its live process's state `live` aside.
+    pub fn label(&self, live: Option<LiveState>) -> &'static str {
+        task_label(self.state, self.halt_reason, live)
+    }
+}
+
 impl RunStatus {
     /// Finished, failed or stopped: nothing of it runs any more.
     pub fn is_over(self) -> bool {
@@ -440,7 +459,7 @@ pub struct Blocker {
 }
 
 /// Whether a run's supervisor is there: `live`; `gone` (the run is not over and nothing runs it:
-/// `harness supervise <runId>` recovers it); `none` (the run is over, or a DynWF run, which has none).
+/// `harness debug supervise <runId>` recovers it); `none` (the run is over, or a DynWF run, which has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Supervisor {
@@ -630,6 +649,10 @@ pub struct TaskView {
     /// is unknown. Absent for a task in any other state.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
     pub idle_s: Option<Option<f64>>,
+    /// What the task's live process is doing (its liveness record: `gating`, `reviewing`…) while that
+    /// process is alive; `None` otherwise (added with the CLI polish: `show` says `running gate`).
+    #[serde(default)]
+    pub live_state: Option<LiveState>,
 }
 
 /// A task the journal knows and the plan copy does not.

@@ -223,6 +223,12 @@ impl Durable {
             usage: usage.filter(|u| v.tasks.contains_key(&t.id) || u.turns > 0).map(Into::into),
             budget_usd: v.task_budgets.get(&t.id).copied().or(t.budget_usd),
             idle_s,
+            live_state: files
+                .liveness
+                .as_ref()
+                .and_then(|l| l.tasks.get(&t.id))
+                .filter(|l| liveness::pid_alive(l.pid))
+                .map(|l| l.state.into()),
         }
     }
 

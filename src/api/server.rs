@@ -59,6 +59,13 @@ pub async fn serve(
     activated: Vec<Activated>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    // Polled once before anything is announced: a stop that installs signal handlers when first
+    // polled (`terminated`) has them in place, so a SIGTERM or Ctrl-C just after "listening on…"
+    // is a clean stop (the socket file removed), not the signal's default action.
+    let mut stop = std::pin::pin!(stop);
+    if futures_util::FutureExt::now_or_never(stop.as_mut()).is_some() {
+        return Ok(());
+    }
     let (tx, rx) = watch::channel(false);
     let mut api = Api::new(home.clone(), opts.cfg, rx.clone());
     api.fleet = opts.fleet;
@@ -74,7 +81,7 @@ pub async fn serve(
             Err(e) => tracing::error!(error = %e, "SIGHUP: token not reloaded, keeping the old one"),
         }));
     }
-    let listeners = listen(opts.tcp, opts.unix, opts.bound, activated).await?;
+    let (listeners, socket_file) = listen(opts.tcp, opts.unix, opts.bound, activated).await?;
     let n = listeners.len();
     let watched = api.clone();
     // READY once serving; the watchdog is fed from the runtime that serves, so a hung runtime is
@@ -95,54 +102,87 @@ pub async fn serve(
     let _ = tx.send(true);
     let _ = server.await;
     watchdog.abort();
+    if let Some(f) = socket_file {
+        f.remove();
+    }
     Ok(())
 }
 
+/// Binds (or takes) every listener, then announces each: a line on stdout means every socket
+/// is there to connect to. The Unix socket's file is returned with them, to be removed on shutdown.
 async fn listen(
     tcp: Vec<SocketAddr>,
     unix: Option<PathBuf>,
     bound: Vec<std::net::TcpListener>,
     activated: Vec<Activated>,
-) -> Result<Vec<Listener>, ServeError> {
-    let mut listeners = Vec::new();
+) -> Result<(Vec<Listener>, Option<SocketFile>), ServeError> {
+    let (mut listeners, mut said) = (Vec::new(), Vec::new());
     for a in activated {
         match a {
             Activated::Tcp(l) => {
                 let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-                announce(&format!("listening on http://{addr} (socket activation)"));
+                said.push(format!("listening on http://{addr} (socket activation)"));
                 listeners.push(Listener::Tcp(TcpListener::from_std(l).map_err(bind_err(&addr))?));
             }
             Activated::Unix(l) => {
-                announce("listening on a Unix socket (socket activation)");
+                said.push("listening on a Unix socket (socket activation)".into());
                 listeners
                     .push(Listener::Unix(UnixListener::from_std(l).map_err(bind_err("an activated Unix socket"))?));
             }
         }
     }
-    if !listeners.is_empty() {
-        return Ok(listeners);
+    let mut file = None;
+    if listeners.is_empty() {
+        for l in bound {
+            let addr = l.local_addr().map_err(bind_err("a bound socket"))?;
+            l.set_nonblocking(true).map_err(bind_err(addr))?;
+            said.push(format!("listening on http://{addr}"));
+            listeners.push(Listener::Tcp(TcpListener::from_std(l).map_err(bind_err(addr))?));
+        }
+        for a in tcp {
+            let l = TcpListener::bind(a).await.map_err(bind_err(a))?;
+            said.push(format!("listening on http://{}", l.local_addr().map_err(bind_err(a))?));
+            listeners.push(Listener::Tcp(l));
+        }
+        if let Some(path) = unix {
+            let _ = std::fs::remove_file(&path);
+            let l = UnixListener::bind(&path).map_err(bind_err(path.display()))?;
+            // The socket's mode is the umask's at bind: made the owner's only, as the docs say.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(bind_err(path.display()))?;
+            said.push(format!("listening on unix:{}", path.display()));
+            file = SocketFile::bound(path);
+            listeners.push(Listener::Unix(l));
+        }
     }
-    for l in bound {
-        let addr = l.local_addr().map_err(bind_err("a bound socket"))?;
-        l.set_nonblocking(true).map_err(bind_err(addr))?;
-        announce(&format!("listening on http://{addr}"));
-        listeners.push(Listener::Tcp(TcpListener::from_std(l).map_err(bind_err(addr))?));
+    said.iter().for_each(|s| announce(s));
+    Ok((listeners, file))
+}
+
+/// The Unix socket file this API bound: removed when it stops serving, so no file is left that
+/// refuses every connection — unless another API has bound the path since (the file is then that
+/// one's).
+struct SocketFile {
+    path: PathBuf,
+    /// The file's device and inode at bind.
+    id: (u64, u64),
+}
+
+impl SocketFile {
+    fn bound(path: PathBuf) -> Option<SocketFile> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(&path).ok()?;
+        Some(SocketFile { path, id: (m.dev(), m.ino()) })
     }
-    for a in tcp {
-        let l = TcpListener::bind(a).await.map_err(bind_err(a))?;
-        announce(&format!("listening on http://{}", l.local_addr().map_err(bind_err(a))?));
-        listeners.push(Listener::Tcp(l));
+
+    fn remove(self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours = std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.id);
+        if ours && let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::warn!(error = %e, "cannot remove {}", self.path.display());
+        }
     }
-    if let Some(path) = unix {
-        let _ = std::fs::remove_file(&path);
-        let l = UnixListener::bind(&path).map_err(bind_err(path.display()))?;
-        // The socket's mode is the umask's at bind: made the owner's only, as the docs say.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err(path.display()))?;
-        announce(&format!("listening on unix:{}", path.display()));
-        listeners.push(Listener::Unix(l));
-    }
-    Ok(listeners)
 }
 
 /// Serves `listeners` until `shutdown` flips to true, then stops accepting and lets in-flight

@@ -15,8 +15,9 @@ pub enum CliError {
     /// `journal reconcile` found discrepancies (exit 3).
     #[error("journal reconcile found discrepancies")]
     Discrepancies,
-    /// The API could not be reached (exit 4).
-    #[error("{0} (start it with `harness api`, or pass --api ADDR)")]
+    /// The API could not be reached (exit 4): why, then what to do (said once: the cause's own
+    /// remedy, else the general one).
+    #[error("{}; {}", .0, .0.remedy.as_deref().unwrap_or("start it with `harness api`, or pass --api ADDR"))]
     Unreachable(#[from] crate::client::Unreachable),
 }
 

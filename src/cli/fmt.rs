@@ -1,5 +1,6 @@
 //! How the CLI writes values for a person: money, ages, durations, a run's short name. One place, so
-//! `runs`, `show`, `top` and the progress lines say the same thing the same way. Pure.
+//! `runs`, `show`, `top` and the progress lines say the same thing the same way. Pure, but for the
+//! local clock's zone (`clock`, through `os::localtime`).
 
 use crate::views::Usage;
 use std::time::{Duration, SystemTime};
@@ -63,9 +64,9 @@ pub(super) fn between(from: &str, to: Option<&str>) -> String {
     b.duration_since(a).map_or_else(|_| "0s".into(), span)
 }
 
-/// A stamp's local-free clock part (`17:45:02`), as the progress lines print it.
-pub(super) fn clock(ts: &str) -> &str {
-    ts.get(11..19).unwrap_or(ts)
+/// The time of day a stamp names on the local clock (`17:45:02`), as the progress lines print it.
+pub(super) fn clock(ts: &str) -> String {
+    crate::os::localtime::clock(ts)
 }
 
 #[cfg(test)]

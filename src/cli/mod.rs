@@ -19,6 +19,7 @@ use crate::config;
 use crate::control::{self, Act};
 use crate::engine::Adapter;
 use crate::os::home::Home;
+use crate::os::service::Logging;
 use crate::state::journal::Verb;
 use crate::state::registry::Plane;
 use crate::timeouts;
@@ -65,7 +66,7 @@ harness demo --pace fast     as fast as the machine goes\n  harness demo --pace 
         /// Where to put the scratch repo and harness home (default: a new dir under /tmp).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// The API's address (default: 127.0.0.1 on a free port).
+        /// The API's address (default: 127.0.0.1:7878 when it is free, else a free port on 127.0.0.1).
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
         /// Engine pacing: `recorded` (the captures' own timing), `fast`, or seconds per line.
@@ -78,7 +79,7 @@ harness demo --pace fast     as fast as the machine goes\n  harness demo --pace 
     /// and every verb reach.
     #[command(after_help = "Examples:\n  harness run plan.json                        batch, in this terminal\n  \
 harness run plan.json --supervised           in the background (systemd user service when there is one)\n  \
-harness run plan.json --repo ~/src/app       in another repository\n  harness debug plan check plan.json           \
+harness run plan.json --repo ~/src/app       in another repository\n  harness plan check plan.json                 \
 just check the plan")]
     Run {
         /// The plan file (JSON; `spec/PLAN.md`).
@@ -476,8 +477,15 @@ harness steer greet-demo greet --comment src/greet.rs:12 \"off by one\"")]
     /// its old name (`harness journal …`).
     #[command(subcommand)]
     Debug(DebugCmd),
+}
+
+/// What harness's own processes start, never a person: `harness approval-mcp` (claude starts it)
+/// and `harness stamp` (the wrappers do). Parsed apart from [`Cli`], so that no help, completion
+/// script or man page lists them (clap_complete lists even a hidden command).
+#[derive(Parser)]
+#[command(name = "harness", disable_help_subcommand = true)]
+enum Plumbing {
     /// The MCP permission tool a batch claude turn asks through (started by claude; not for people).
-    #[command(hide = true)]
     ApprovalMcp {
         #[arg(long)]
         socket: std::path::PathBuf,
@@ -491,7 +499,6 @@ harness steer greet-demo greet --comment src/greet.rs:12 \"off by one\"")]
     ///
     /// run CMD with its stdout appended to LOG and each line's arrival time to LOG.times (exits with CMD's
     /// code).
-    #[command(hide = true)]
     Stamp {
         #[arg(long)]
         log: PathBuf,
@@ -620,7 +627,7 @@ impl RunsFilter {
 #[derive(clap::Args, Clone)]
 struct ApiArgs {
     /// The API address (TCP), used whatever home it serves. Default: the API's Unix socket
-    /// $HARNESS_HOME/sock/api.sock when it exists, else $HARNESS_API_ADDR or
+    /// $HARNESS_HOME/sock/api.sock when an API listens on it, else $HARNESS_API_ADDR or
     /// 127.0.0.1:7878 — refused (exit 4) when that API serves another home.
     #[arg(long = "api", value_name = "ADDR")]
     addr: Option<SocketAddr>,
@@ -628,11 +635,13 @@ struct ApiArgs {
 
 impl ApiArgs {
     /// The API's Unix socket when it exists (the owner needs no token there), unless `--api` or
-    /// `$HARNESS_API_ADDR` choose TCP.
+    /// `$HARNESS_API_ADDR` choose TCP. A socket file nobody listens on (an API killed before it
+    /// could remove it) is as good as absent: TCP is tried instead.
     fn client(&self) -> Result<Client, CliError> {
         let home = Home::from_env().ok();
         let chosen_tcp = self.addr.is_some() || std::env::var("HARNESS_API_ADDR").is_ok_and(|v| !v.is_empty());
-        let unix = home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists());
+        let unix =
+            home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists() && !stale(p));
         let endpoint = match (unix, self.addr) {
             (Some(path), _) => crate::client::Endpoint::Unix(path),
             (None, Some(a)) => crate::client::Endpoint::Tcp(a),
@@ -662,6 +671,12 @@ pub(crate) struct FleetArgs {
     /// Replicas of the fleet's streams when this API creates them (1 on a single server).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub replicas: usize,
+}
+
+/// A socket file that refuses connections: nothing listens on it any more. (Any other failure, say
+/// permissions, is left for the request to report.)
+fn stale(socket: &std::path::Path) -> bool {
+    std::os::unix::net::UnixStream::connect(socket).is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 /// Supervisor tuning.
@@ -899,17 +914,38 @@ enum PlanCmd {
     },
 }
 
+/// The names of the [`Plumbing`] commands.
+const PLUMBING: &[&str] = &["approval-mcp", "stamp"];
+
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse_from(with_debug_aliases(std::env::args_os().collect())) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).and_then(|a| a.to_str()).is_some_and(|a| PLUMBING.contains(&a)) {
+        return match Plumbing::try_parse_from(args) {
+            Ok(p) => {
+                crate::os::service::init_logging(Logging::Person);
+                exit_code(plumbing(p))
+            }
+            Err(e) => parse_failed(&e),
+        };
+    }
+    let cli = match Cli::try_parse_from(with_debug_aliases(args)) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { crate::exit::cli::USAGE } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(e) => return parse_failed(&e),
     };
-    crate::os::service::init_logging(log_level(&cli.cmd));
-    match run(cli.cmd, cli.json) {
+    crate::os::service::init_logging(logging(&cli.cmd));
+    exit_code(run(cli.cmd, cli.json))
+}
+
+/// A command line clap refused (or `--help`, `--version`): printed as clap words it; its exit code.
+fn parse_failed(e: &clap::Error) -> i32 {
+    let code = if e.use_stderr() { crate::exit::cli::USAGE } else { 0 };
+    let _ = e.print();
+    code
+}
+
+/// A command's outcome as the process's exit code, an error as one line on stderr.
+fn exit_code(r: Result<(), CliError>) -> i32 {
+    match r {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("harness: {e}");
@@ -918,15 +954,30 @@ pub fn main() -> i32 {
     }
 }
 
-/// What is logged without `RUST_LOG`: everything a daemon logs (its journald story), warnings
-/// only for a person's command — a batch `harness run` prints progress lines, its log with `-v`.
-fn log_level(cmd: &Cmd) -> &'static str {
+/// Runs a [`Plumbing`] command.
+fn plumbing(p: Plumbing) -> Result<(), CliError> {
+    match p {
+        Plumbing::Stamp { log, cmd } => match crate::os::stamp::run(&log, &cmd) {
+            Ok(rc) => std::process::exit(rc),
+            Err(e) => Err(CliError::Failed(e)),
+        },
+        Plumbing::ApprovalMcp { socket, task, wait } => {
+            let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
+            crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))
+                .map_err(|e| CliError::Failed(format!("approval-mcp: {e}")))
+        }
+    }
+}
+
+/// Who reads what is logged: everything a daemon logs (its journald story); a person's command
+/// only its warnings, plainly — a batch `harness run` prints progress lines, its log with `-v`.
+fn logging(cmd: &Cmd) -> Logging {
     match cmd {
-        Cmd::Api { .. } | Cmd::Relay { .. } | Cmd::Debug(DebugCmd::Supervise { .. }) => "info",
-        Cmd::Run { verbose: true, .. } => "info",
-        Cmd::Run { supervised: true, foreground: true, .. } => "info",
-        Cmd::Session(SessionCmd::Start { foreground: true, .. }) => "info",
-        _ => "warn",
+        Cmd::Api { .. } | Cmd::Relay { .. } | Cmd::Debug(DebugCmd::Supervise { .. }) => Logging::Daemon,
+        Cmd::Run { verbose: true, .. } => Logging::Daemon,
+        Cmd::Run { supervised: true, foreground: true, .. } => Logging::Daemon,
+        Cmd::Session(SessionCmd::Start { foreground: true, .. }) => Logging::Daemon,
+        _ => Logging::Person,
     }
 }
 
@@ -980,10 +1031,6 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
         Cmd::Relay { nats, host, creds, replicas } => start::relay(nats, host, creds, replicas),
         Cmd::Debug(d) => debug(d),
         Cmd::Install { user: _, bin, print, unit_dir } => local::install(bin, print, unit_dir.as_deref()),
-        Cmd::Stamp { log, cmd } => match crate::os::stamp::run(&log, &cmd) {
-            Ok(rc) => std::process::exit(rc),
-            Err(e) => Err(CliError::Failed(e)),
-        },
         Cmd::Uninstall { user: _, unit_dir } => local::uninstall(unit_dir.as_deref()),
         Cmd::Demo { dir, listen, pace } => {
             crate::demo::run(dir, listen, pace).map_err(|e| error::failed("harness demo", e))
@@ -1043,15 +1090,10 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
         }
         Cmd::Session(SessionCmd::End { run }) => remote::control_verb(&run, Act::End(control::End), json),
         Cmd::Completions { shell } => {
-            completions(shell);
+            completions(shell, &mut std::io::stdout());
             Ok(())
         }
         Cmd::Man { dir } => man(dir.as_deref()),
-        Cmd::ApprovalMcp { socket, task, wait } => {
-            let task = crate::ids::TaskId::parse(&task).map_err(|e| CliError::Usage(e.to_string()))?;
-            crate::approval_mcp::serve(socket, task, std::time::Duration::from_secs(wait))
-                .map_err(|e| CliError::Failed(format!("approval-mcp: {e}")))
-        }
     }
 }
 
@@ -1069,7 +1111,6 @@ fn no_json(cmd: &Cmd) -> Option<&'static str> {
         Cmd::Man { .. } => "man",
         Cmd::Debug(DebugCmd::Supervise { .. }) => "debug supervise",
         Cmd::Debug(DebugCmd::Plist { .. }) => "debug plist",
-        Cmd::ApprovalMcp { .. } | Cmd::Stamp { .. } => "plumbing",
         _ => return None,
     })
 }
@@ -1107,8 +1148,8 @@ fn debug(cmd: DebugCmd) -> Result<(), CliError> {
 }
 
 /// `harness completions SHELL` (clap_complete).
-fn completions(shell: clap_complete::Shell) {
-    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "harness", &mut std::io::stdout());
+fn completions(shell: clap_complete::Shell, to: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "harness", to);
 }
 
 /// `harness man`: harness(1) in roff, its subcommands listed (clap_mangen).
@@ -1196,6 +1237,80 @@ mod tests {
         assert!(matches!(cli.cmd, Cmd::Debug(DebugCmd::Supervise { .. })));
         // A word that is only an argument is not rewritten.
         assert!(Cli::try_parse_from(args("harness show journal")).is_ok_and(|c| matches!(c.cmd, Cmd::Show { .. })));
+    }
+
+    /// Every command line in an `Examples:` block of a help text parses as written (no old names).
+    #[test]
+    fn every_help_example_parses() {
+        /// The example lines of `text`: after `Examples:`, each `  harness …` line up to a blank one.
+        fn examples(text: &str) -> Vec<String> {
+            let mut out = Vec::new();
+            let mut inside = false;
+            for line in text.lines() {
+                if line.trim_end().ends_with("Examples:") {
+                    inside = true;
+                } else if line.trim().is_empty() {
+                    inside = false;
+                } else if inside && line.trim_start().starts_with("harness ") {
+                    // The command stops at its description (two spaces) or at a pipe.
+                    let cmd = line.trim().split("  ").next().unwrap_or_default();
+                    out.push(cmd.split(" | ").next().unwrap_or_default().to_string());
+                }
+            }
+            out
+        }
+        /// `line` split as a shell would: on spaces, double quotes grouping.
+        fn words(line: &str) -> Vec<String> {
+            let (mut out, mut word, mut quoted) = (Vec::new(), String::new(), false);
+            for c in line.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    ' ' if !quoted => out.extend((!word.is_empty()).then(|| std::mem::take(&mut word))),
+                    c => word.push(c),
+                }
+            }
+            out.extend((!word.is_empty()).then_some(word));
+            out
+        }
+        fn walk(c: &clap::Command, path: &str, seen: &mut Vec<String>, bad: &mut Vec<String>) {
+            let texts = [c.get_after_help(), c.get_after_long_help(), c.get_long_about()];
+            for ex in texts.into_iter().flatten().flat_map(|t| examples(&t.to_string())) {
+                if let Err(e) = Cli::try_parse_from(words(&ex)) {
+                    bad.push(format!("{path}: `{ex}`: {}", e.to_string().lines().next().unwrap_or_default()));
+                }
+                seen.push(ex);
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), seen, bad);
+            }
+        }
+        let (mut seen, mut bad) = (Vec::new(), Vec::new());
+        walk(&Cli::command(), "harness", &mut seen, &mut bad);
+        assert!(bad.is_empty(), "help examples that do not parse:\n{}", bad.join("\n"));
+        assert!(seen.iter().any(|e| e == "harness plan check plan.json") && seen.len() > 20, "{seen:?}");
+    }
+
+    /// The plumbing harness's own processes start is in no completion script, and still parses.
+    #[test]
+    fn plumbing_is_in_no_completion_script_and_still_parses() {
+        use clap::ValueEnum;
+        for shell in clap_complete::Shell::value_variants() {
+            let mut script = Vec::new();
+            completions(*shell, &mut script);
+            let script = String::from_utf8(script).unwrap();
+            assert!(script.contains("steer"), "{shell}: {script}");
+            let words: Vec<&str> = script.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').collect();
+            for name in PLUMBING {
+                assert!(!words.contains(name), "{shell} completes `{name}`");
+            }
+        }
+        assert!(Cli::try_parse_from(["harness", "stamp", "--log", "l", "--", "true"]).is_err());
+        let p = Plumbing::try_parse_from(["harness", "stamp", "--log", "l", "--", "true"]).unwrap();
+        assert!(matches!(p, Plumbing::Stamp { .. }));
+        let p = Plumbing::try_parse_from(["harness", "approval-mcp", "--socket", "s", "--task", "t"]).unwrap();
+        assert!(matches!(p, Plumbing::ApprovalMcp { wait: 660, .. }));
+        let names: Vec<String> = Plumbing::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+        assert_eq!(names, PLUMBING);
     }
 
     /// `--json` is refused, with the command's name, where there is no JSON to print.

@@ -8,6 +8,7 @@ use super::local::{home, pointer};
 use crate::client::Client;
 use crate::control::{self, Act, Reply, Request};
 use crate::ids::{RunId, TaskId};
+use crate::runner::recover_command;
 use crate::term::{out, out_raw, print_json};
 use crate::views::{self, Answer, Approvals, RunDetail, RunRow, RunStatus, TaskDetail, TaskState};
 use serde::Deserialize;
@@ -116,7 +117,7 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
     }
     // Hints go to stderr: stdout stays one line per run.
     for id in gone {
-        eprintln!("{id}: its supervisor is gone; `harness supervise {id}` recovers it, `harness stop {id}` ends it");
+        eprintln!("{id}: its supervisor is gone; `{}` recovers it, `harness stop {id}` ends it", recover_command(&id));
     }
     Ok(())
 }
@@ -133,7 +134,7 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
     let live = match d.supervisor {
         _ if d.live => "supervised, live".to_string(),
-        views::Supervisor::Gone => format!("supervisor gone: `harness debug supervise {id}` recovers it"),
+        views::Supervisor::Gone => format!("supervisor gone: `{}` recovers it", recover_command(&id)),
         _ => "not live".to_string(),
     };
     out(&format!(
@@ -148,7 +149,7 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
         out(&format!(
             "  blocked by {} ({}): {}{fails} — `harness retry {id} {}`, `harness skip {id} {} --reason …` or a steer unblocks it",
             b.task.as_str(),
-            b.state.label(),
+            views::task_label(b.state, b.detail.as_deref().map(|d| crate::state::views::halt_reason(None, d)), None),
             b.detail.as_deref().unwrap_or(""),
             b.task.as_str(),
             b.task.as_str()
@@ -162,7 +163,7 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
                 "  {:<16} {:<7} {:<16} {:>9}  {:>11}  {}",
                 t.id.as_str(),
                 t.adapter.as_str(),
-                t.facts.state.label(),
+                t.facts.label(t.live_state),
                 money(t.usage.as_ref()),
                 took,
                 t.facts.detail.as_deref().unwrap_or("")
@@ -217,7 +218,7 @@ pub(super) fn show_task(c: &Client, run: &str, task: &str, json: bool) -> Result
 /// The lines of `show_task` (a pure rendering of the task's view and its approvals).
 fn task_lines(id: &crate::ids::RunId, d: &TaskDetail, approvals: &[views::ApprovalView]) -> Vec<String> {
     let adapter = d.binding.as_ref().and_then(|b| b["adapter"].as_str()).unwrap_or("?");
-    let state = d.live.as_ref().filter(|l| l.alive).map_or(d.facts.state.label(), |l| l.state.label());
+    let state = d.facts.label(d.live.as_ref().filter(|l| l.alive).map(|l| l.state));
     let mut l = vec![format!("task {} of run {id} · {state} · {adapter}", d.task.as_str())];
     let row = |l: &mut Vec<String>, k: &str, v: String| l.push(format!("  {k:<10} {v}"));
     if let Some(s) = &d.facts.session_id {
@@ -262,7 +263,9 @@ fn task_lines(id: &crate::ids::RunId, d: &TaskDetail, approvals: &[views::Approv
         let rc = a.rc.map(|r| format!(" rc {r}")).unwrap_or_default();
         let why = a.reason.as_deref().map(|r| format!("  {r}")).unwrap_or_default();
         let took = fmt::between(&a.started_at, a.ended_at.as_deref());
-        l.push(format!("    {:>2}  {}  {took:>7}  {}{rc}{why}", a.n, fmt::clock(&a.started_at), a.state.label()));
+        let halt = a.reason.as_deref().map(|r| crate::state::views::halt_reason(a.rc, r));
+        let state = views::task_label(a.state, halt, None);
+        l.push(format!("    {:>2}  {}  {took:>7}  {state}{rc}{why}", a.n, fmt::clock(&a.started_at)));
     }
     if !d.steers.is_empty() {
         l.push("  steers".into());
@@ -446,7 +449,7 @@ fn post(c: &Client, run: &RunId, path: &str, body: &impl serde::Serialize, json:
     let (status, bytes) = rt.block_on(c.call("POST", path, Some(&body)))?;
     let v = match api_answer(status, &bytes) {
         Ok(v) => v,
-        Err(e) if status == 409 && e.to_string().contains(NOT_LIVE) => return Err(not_live(c, &rt, run, path)),
+        Err(e) if is_not_live(status, &e.to_string()) => return Err(CliError::Failed(not_live(c, &rt, run, path))),
         Err(e) => return Err(e),
     };
     if json {
@@ -472,8 +475,14 @@ fn over_word(s: RunStatus) -> &'static str {
 /// The pinned prefix of the API's 409 for a run no supervisor serves.
 const NOT_LIVE: &str = "run not supervised / not live";
 
-/// Why a verb found no live run, as a person says it: `run … finished 2m 10s ago; its events: …`.
-fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -> CliError {
+/// Whether a verb's answer (`status`, its detail) is the API's 409 for a run no supervisor serves.
+pub(super) fn is_not_live(status: u16, detail: &str) -> bool {
+    status == 409 && detail.contains(NOT_LIVE)
+}
+
+/// Why a verb found no live run, as a person says it: `run … finished 2m 10s ago; its events: …`
+/// (the CLI's verbs and `top`'s keys).
+pub(super) fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -> String {
     let task = path.split("/tasks/").nth(1).and_then(|t| t.split('/').next()).unwrap_or("TASK");
     let events = format!("its events: harness watch {run} {task}");
     let d = rt
@@ -481,21 +490,21 @@ fn not_live(c: &Client, rt: &tokio::runtime::Runtime, run: &RunId, path: &str) -
         .ok()
         .and_then(|(s, b)| api_answer(s, &b).ok())
         .and_then(|v| serde_json::from_value::<RunDetail>(v).ok());
-    let Some(d) = d else { return CliError::Failed(format!("run {run} is not live; {events}")) };
+    let Some(d) = d else { return format!("run {run} is not live; {events}") };
     let when = d.run.finished_at.as_deref().or(d.run.updated.as_deref());
-    let msg = match d.run.status {
+    match d.run.status {
         s if s.is_over() => format!("run {run} {} {}; {events}", over_word(s), fmt::ago(when)),
         _ if d.supervisor == views::Supervisor::Gone => format!(
-            "run {run} is {} but its supervisor is gone (last seen {}): `harness debug supervise {run}` recovers it, `harness stop {run}` ends it",
+            "run {run} is {} but its supervisor is gone (last seen {}): `{}` recovers it, `harness stop {run}` ends it",
             d.run.status.label(),
-            fmt::ago(when)
+            fmt::ago(when),
+            recover_command(run)
         ),
         _ if d.live => format!(
             "run {run} is a batch run (started without --supervised): it takes no verbs; Ctrl-C in its terminal stops it; {events}"
         ),
         _ => format!("run {run} has no supervisor ({}): it was started without one; {events}", d.run.status.label()),
-    };
-    CliError::Failed(msg)
+    }
 }
 /// A task's verb (`steer`, `kill`, `retry`…): a POST to its route.
 pub(super) fn task_verb(
@@ -540,16 +549,13 @@ pub(super) fn control_verb(run: &str, act: Act, json: bool) -> Result<(), CliErr
         if let Ok(s) = status
             && s.is_over()
         {
-            out(&format!("run {}: already {}; nothing to do", p.run_id, s.as_str()));
+            stopped_here(&format!("run {}: already {}; nothing to do", p.run_id, s.as_str()), &[], json);
             return Ok(());
         }
         let done = client_rt()?
             .block_on(crate::supervisor::abandoned::stop(&home, &p.run_id, "cli"))
             .map_err(|e| CliError::Failed(format!("run {} is not live and cannot be stopped: {e}", p.run_id)))?;
-        out(&format!("run {}: its supervisor was gone; stopped it here:", p.run_id));
-        for d in done {
-            out(&format!("  {d}"));
-        }
+        stopped_here(&format!("run {}: its supervisor was gone; stopped it here:", p.run_id), &done, json);
         return Ok(());
     }
     let req = Request::new(act, Some("cli".to_string()));
@@ -565,6 +571,18 @@ pub(super) fn control_verb(run: &str, act: Act, json: bool) -> Result<(), CliErr
         Reply::Done(_) => Ok(()),
         Reply::Refused(r) => Err(CliError::Failed(format!("{} refused by run {}: {}", req.verb(), p.run_id, r.detail))),
     }
+}
+
+/// What `stop` did without a supervisor: `what`, then each of `done` on its own line; with `json`,
+/// the answer a supervisor gives a stop (`{"ok":true,"detail":…}`, `done` joined into the detail).
+fn stopped_here(what: &str, done: &[String], json: bool) {
+    if json {
+        let detail = std::iter::once(what.trim_end_matches(':').to_string()).chain(done.iter().cloned());
+        print_json(&control::Answer::Stop { detail: detail.collect::<Vec<_>>().join("; "), ok: control::True });
+        return;
+    }
+    out(what);
+    done.iter().for_each(|d| out(&format!("  {d}")));
 }
 
 /// A supervisor's answer for a person: a status as lines, any other answer as its detail.
@@ -610,8 +628,10 @@ fn not_live_here(p: &crate::state::registry::Pointer) -> String {
             )
         }
         _ => format!(
-            "run {} has no live supervisor: `harness debug supervise {}` recovers it, `harness show {}` shows it",
-            p.run_id, p.run_id, p.run_id
+            "run {} has no live supervisor: `{}` recovers it, `harness show {}` shows it",
+            p.run_id,
+            recover_command(&p.run_id),
+            p.run_id
         ),
     }
 }
@@ -712,7 +732,7 @@ pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliEr
             };
         let marks = detail.as_ref().map_or(0, |d| d.attention.len());
         let attention = if *supervisor == views::Supervisor::Gone {
-            format!("supervisor gone: harness supervise {id}")
+            format!("supervisor gone: {}", recover_command(id))
         } else if let Some(b) = r.blocked_by.first() {
             format!("blocked by {}", b.task.as_str())
         } else if marks > 0 {
@@ -737,7 +757,7 @@ pub(super) fn top_once(c: &Client, active: bool, json: bool) -> Result<(), CliEr
                     "  {:<14} w{:<3} {:<16} {:>9}  {}",
                     t.id.as_str(),
                     w.wave,
-                    t.facts.state.label(),
+                    t.facts.label(t.live_state),
                     money(t.usage.as_ref()),
                     t.facts.detail.as_deref().unwrap_or("").chars().take(60).collect::<String>()
                 ));

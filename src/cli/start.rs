@@ -1,4 +1,4 @@
-//! Commands that start something: `harness api`, `harness run`, `harness supervise`, and the
+//! Commands that start something: `harness api`, `harness run`, `harness debug supervise`, and the
 //! `normalize-events` filter. Flags are checked here; the work is `api::serve`, `runner`,
 //! `supervisor::supervise` and `normalize::normalize_lines`.
 
@@ -247,6 +247,10 @@ pub(super) fn run_plan(
         out(&id.to_string());
         return Ok(());
     }
+    if !how.supervised || how.foreground {
+        // The run is in this process: a reader that goes away ends the printing, not the run.
+        crate::term::outlive_stdout();
+    }
     if !how.supervised {
         if !how.json {
             out(&format!("run {id} started (batch, in this terminal; Ctrl-C stops it)"));
@@ -285,6 +289,7 @@ pub(super) fn run_plan(
 }
 
 pub(super) fn supervise(run: &str, tuning: &Tuning) -> Result<(), CliError> {
+    crate::term::outlive_stdout();
     let id = super::runref::resolve(run)?;
     let mut opts = tuning.options();
     // Socket activation: the service manager passes the bound socket as fd 3. Taken here, before

@@ -8,7 +8,7 @@
 //! a supervisor but through the API. `--once` (in `remote.rs`) prints one frame as plain text.
 
 use super::error::CliError;
-use super::remote::{done_of, money, wave_of};
+use super::remote::{done_of, is_not_live, money, not_live, wave_of};
 use crate::client::{Client, Unreachable};
 use crate::ids::RunId;
 use crate::render::Transcript;
@@ -308,7 +308,7 @@ impl Col {
     fn cell(self, RunRow { run: r, supervisor, .. }: &RunRow) -> Cell<'static> {
         let text = match self {
             Col::Run => short_id(&r.run_id),
-            Col::Status => return Cell::from(Span::styled(r.status.to_string(), status_style(r.status))),
+            Col::Status => return Cell::from(Span::styled(r.status.label(), status_style(r.status))),
             Col::Wave => wave_of(r),
             Col::Done => done_of(r),
             Col::Cost => money(Some(&r.usage)),
@@ -534,12 +534,18 @@ impl Top {
         Ok((status == 200).then(|| serde_json::from_slice(&body).ok()).flatten())
     }
 
-    fn post(&mut self, path: &str, body: &impl serde::Serialize) {
+    /// Sends a verb of `run`'s; the status line says its answer (a run no longer live as the
+    /// CLI's verbs say it).
+    fn post(&mut self, run: &RunId, path: &str, body: &impl serde::Serialize) {
         let body = serde_json::to_value(body).expect("a request body serializes");
         match self.rt.block_on(self.client.call("POST", path, Some(&body))) {
             Ok((status, bytes)) => {
                 let detail = detail_of(&bytes);
-                self.status = if status == 200 { format!("ok: {detail}") } else { format!("{status}: {detail}") };
+                self.status = match status {
+                    200 => format!("ok: {detail}"),
+                    _ if is_not_live(status, &detail) => not_live(&self.client, &self.rt, run, path),
+                    _ => format!("{status}: {detail}"),
+                };
             }
             Err(e) => self.unreachable("not sent", e),
         }
@@ -677,7 +683,7 @@ impl Top {
             KeyCode::Char('p') => self.pause_or_resume(),
             KeyCode::Char('r') => {
                 if let Some((run, task)) = self.selected_pair() {
-                    self.post(&format!("/runs/{run}/tasks/{task}/retry"), &by_top());
+                    self.post(&run, &format!("/runs/{run}/tasks/{task}/retry"), &by_top());
                 }
             }
             KeyCode::Char('s') if task => self.asking = Some((Asking::Steer, String::new())),
@@ -734,7 +740,7 @@ impl Top {
             (_, KeyCode::Esc) => self.status = "cancelled".into(),
             (Asking::Kill, KeyCode::Char('y')) => {
                 if let Some((run, task)) = self.selected_pair() {
-                    self.post(&format!("/runs/{run}/tasks/{task}/kill"), &by_top());
+                    self.post(&run, &format!("/runs/{run}/tasks/{task}/kill"), &by_top());
                 }
             }
             (Asking::Kill, _) => self.status = "not killed".into(),
@@ -760,17 +766,19 @@ impl Top {
             (Asking::Steer, Some(task)) if !text.is_empty() => {
                 let body =
                     views::SteerBody { msg: text.into(), comments: Vec::new(), interrupt: false, by: "top".into() };
-                self.post(&format!("/runs/{run}/tasks/{task}/steer"), &body);
+                self.post(&run, &format!("/runs/{run}/tasks/{task}/steer"), &body);
             }
             (Asking::Skip, Some(task)) if !text.is_empty() => {
                 let body = views::SkipBody { reason: text.into(), by: "top".into() };
-                self.post(&format!("/runs/{run}/tasks/{task}/skip"), &body);
+                self.post(&run, &format!("/runs/{run}/tasks/{task}/skip"), &body);
             }
             (Asking::Skip, _) => self.status = "not skipped: a skip needs a reason".into(),
             (Asking::Budget, _) => match text.trim_start_matches('$').parse::<f64>() {
-                Ok(usd) if usd.is_finite() && usd > 0.0 => {
-                    self.post(&format!("/runs/{run}/budget"), &views::BudgetBody { usd, task: None, by: "top".into() })
-                }
+                Ok(usd) if usd.is_finite() && usd > 0.0 => self.post(
+                    &run,
+                    &format!("/runs/{run}/budget"),
+                    &views::BudgetBody { usd, task: None, by: "top".into() },
+                ),
                 _ => self.status = format!("not a budget: {text:?} (a positive number of US dollars)"),
             },
             _ => self.status = "nothing sent".into(),
@@ -781,7 +789,7 @@ impl Top {
         if let Some(run) = self.selected_run() {
             let paused = self.detail.as_ref().is_some_and(|d| d.run.paused);
             let verb = if paused { "resume" } else { "pause" };
-            self.post(&format!("/runs/{run}/{verb}"), &by_top());
+            self.post(&run, &format!("/runs/{run}/{verb}"), &by_top());
         }
     }
 
@@ -891,7 +899,7 @@ impl Top {
                 Row::new([
                     t.id.to_string(),
                     format!("w{w}"),
-                    t.facts.state.to_string(),
+                    t.facts.label(t.live_state).to_string(),
                     money(t.usage.as_ref()),
                     t.idle_s.flatten().map(|s| format!("{s:.0}s idle")).unwrap_or_default(),
                     if stalled { "stalled".to_string() } else { String::new() },
@@ -899,12 +907,12 @@ impl Top {
                 ])
             })
             .collect();
-        let widths = [id_w as u16, 4, 12, 9, 10, 8].map(Constraint::Length).into_iter().chain([Constraint::Fill(1)]);
+        let widths = [id_w as u16, 4, 18, 9, 10, 8].map(Constraint::Length).into_iter().chain([Constraint::Fill(1)]);
         let title = match &self.detail {
             Some(d) => format!(
                 " {} · {}{} ",
                 short_id(&d.run.run_id),
-                d.run.status,
+                d.run.status.label(),
                 d.run.pause_detail.as_deref().map(|p| format!(" ({p})")).unwrap_or_default()
             ),
             None => " tasks ".into(),

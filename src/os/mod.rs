@@ -9,6 +9,7 @@ pub mod git;
 pub mod home;
 pub mod install;
 pub mod launchd;
+pub mod localtime;
 pub mod peer;
 pub mod service;
 pub mod stamp;

@@ -6,26 +6,95 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
-/// Installs the global subscriber: `RUST_LOG`-style filtering (else `default`: `info` for the
-/// daemons, `warn` for a person's commands), the journald layer
-/// when journald is reachable and we run under it, else human-readable stderr.
-pub fn init_logging(default: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+/// Who reads a process's log, which decides its default level and its shape on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logging {
+    /// A daemon (`api`, `debug supervise`) or a command asked to tell its story (`run -v`, a
+    /// `--foreground` supervisor): `info`, in tracing's format (time, level, message, fields).
+    Daemon,
+    /// A person's command: warnings and errors only, each one plain line
+    /// `harness: warning: <message>` (see [`Plain`]).
+    Person,
+}
+
+/// Installs the global subscriber: journald when it is reachable and we run under it (fields keep
+/// their names; unchanged by `how`). Else stderr: with `RUST_LOG` set, its filter in tracing's
+/// format; without it, `how` decides the level and the shape ([`Logging`]).
+pub fn init_logging(how: Logging) {
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let plain = how == Logging::Person && from_env.is_none();
+    let default = if how == Logging::Daemon { "info" } else { "warn" };
+    let filter = from_env.unwrap_or_else(|| EnvFilter::new(default));
     let under_journal = std::env::var_os("JOURNAL_STREAM").is_some();
     // Fields keep their own names (RUN_ID, TASK, VERB, SEQ), so `journalctl RUN_ID=…` finds a run.
     if under_journal && let Ok(layer) = tracing_journald::layer().map(|l| l.with_field_prefix(None)) {
         let _ = tracing_subscriber::registry().with(filter).with(layer).try_init();
         return;
     }
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_target(false)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
-        )
-        .try_init();
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    if plain {
+        let _ = tracing_subscriber::registry().with(filter).with(layer.event_format(Plain)).try_init();
+        return;
+    }
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::registry().with(filter).with(layer.with_target(false).with_ansi(ansi)).try_init();
+}
+
+/// A log line as a person reads it: `harness: warning: <message>`, with the `error` field's
+/// value after a colon when there is one (the cause); no time, no other fields.
+struct Plain;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Plain
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut said = Said::default();
+        event.record(&mut said);
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            _ => "debug",
+        };
+        let line = match said.error {
+            Some(e) => format!("{}: {e}", said.message),
+            None => said.message,
+        };
+        // One line, whatever the message holds.
+        writeln!(w, "harness: {level}: {}", line.replace(['\n', '\r'], " "))
+    }
+}
+
+/// What [`Plain`] keeps of an event: its message and its `error` field.
+#[derive(Default)]
+struct Said {
+    message: String,
+    error: Option<String>,
+}
+
+impl tracing::field::Visit for Said {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_string(),
+            "error" => self.error = Some(value.to_string()),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "error" => self.error = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
 }
 
 /// Raises the soft open-files limit to the hard one: every SSE client holds a socket (and a log fd

@@ -231,6 +231,9 @@ pub fn halt_reason(rc: Option<i32>, detail: &str) -> views::HaltReason {
         H::EngineError
     } else if starts("rate_limited:") {
         H::RateLimited
+    } else if starts("killed by steer ") && detail.ends_with("(interrupt)") {
+        // A steer's interrupt ends the turn to resume the session with the message.
+        H::Interrupted
     } else if starts("killed by ") {
         H::Killed
     } else if starts("interrupted by ") {
@@ -378,6 +381,8 @@ mod tests {
             (143, "killed by api", H::Killed),
             (143, "killed by budget", H::Killed),
             (1, "interrupted by cli", H::Interrupted),
+            (143, "killed by steer s-3 (interrupt)", H::Interrupted),
+            (143, "killed by steer", H::Killed),
             (3, "gate failed (exit 3): npm test: FAIL 2 tests", H::Gate),
             (127, "gate did not run: No such file", H::Gate),
             (7, "setup failed (exit 7): npm ci: npm is missing", H::Setup),

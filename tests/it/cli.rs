@@ -159,6 +159,10 @@ fn the_cli_talks_to_its_own_homes_api_only() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("serves another harness home") && err.contains(&id), "{err}");
+    // What to do is said once.
+    assert!(err.contains(&format!("pass --api {addr} to use that one")), "{err}");
+    assert_eq!(err.matches("harness api").count(), 1, "{err}");
+    assert!(!err.contains("--api ADDR"), "{err}");
     assert!(out.stdout.is_empty(), "nothing of the other home is listed");
     // --api: that API, whatever it serves.
     let out = harness(b.path()).args(["runs", "--api", &addr]).output().unwrap();
@@ -179,7 +183,13 @@ fn completions_and_man_pages_are_printed() {
         let (code, out, err) = cli(home.path(), &["completions", shell]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains(want) && out.contains("steer"), "{shell}: {}", &out[..out.len().min(200)]);
+        // The plumbing harness's own processes start is not offered to a person.
+        let words: Vec<&str> = out.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').collect();
+        assert!(!words.contains(&"approval-mcp") && !words.contains(&"stamp"), "{shell} completes the plumbing");
     }
+    let log = home.path().join("stamped.log");
+    let (code, _, err) = cli(home.path(), &["stamp", "--log", log.to_str().unwrap(), "--", "echo", "hi"]);
+    assert_eq!((code, std::fs::read_to_string(&log).unwrap().as_str()), (0, "hi\n"), "{err}");
     let (code, _, err) = cli(home.path(), &["completions", "tcsh"]);
     assert_eq!(code, 2, "{err}");
     let (code, out, _) = cli(home.path(), &["man"]);
@@ -203,4 +213,89 @@ fn completions_and_man_pages_are_printed() {
     assert!(out.contains("Examples:") && out.contains("<RUN>") && out.contains("its runId, its slug"), "{out}");
     let (code, _, err) = cli(home.path(), &["journal", "show", "0123456789ab--nope"]);
     assert_ne!(code, 2, "the old name parses: {err}");
+}
+
+#[test]
+fn clock_times_are_the_local_clocks() {
+    let home = tempfile::tempdir().unwrap();
+    let runs = install_fixture_runs(home.path());
+    let run = run_id_of(&runs, "finished");
+    let api = ApiProc::start(home.path(), &[]);
+    let at = format!("127.0.0.1:{}", api.port);
+    // T1's attempt started at 09:00:00 UTC (the fixture's journal).
+    let show = |tz: &str| {
+        let o = harness(home.path()).env("TZ", tz).args(["show", &run, "T1", "--api", &at]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let attempt = |out: &str| out.lines().skip_while(|l| l.trim() != "attempts").nth(1).unwrap_or_default().to_string();
+    assert!(attempt(&show("UTC0")).contains(" 09:00:00 "), "{}", show("UTC0"));
+    // Five hours west (a POSIX rule: no tz database needed), and New York where the database is.
+    let mut zones = vec!["EST5"];
+    if std::path::Path::new("/usr/share/zoneinfo/America/New_York").exists() {
+        zones.push("America/New_York");
+    }
+    for tz in zones {
+        let out = show(tz);
+        assert!(attempt(&out).contains(" 04:00:00 "), "{tz}: {out}");
+    }
+}
+
+#[test]
+fn the_api_removes_its_socket_when_it_stops_and_the_cli_passes_over_a_stale_one() {
+    let home = tempfile::tempdir().unwrap();
+    install_fixture_runs(home.path());
+    let sock = home.path().join("sock/api.sock");
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let mut api = ApiProc::start(home.path(), &[]);
+        assert!(sock.exists(), "no {}", sock.display());
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(api.proc.child.id() as i32, sig) };
+        api.proc.wait_exit(T);
+        assert!(!sock.exists(), "signal {sig}: {} left behind", sock.display());
+    }
+    // A socket file nobody listens on (an API killed with SIGKILL cannot remove its own): the CLI
+    // goes to TCP as if there were none — the default address, which the error names, not the
+    // socket's "Connection refused".
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let out = harness(home.path()).env_remove("HARNESS_API_ADDR").args(["runs"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("cannot reach the API at 127.0.0.1:7878") && !err.contains("api.sock"), "{err}");
+    // An API that starts again takes the path over, and the CLI uses it.
+    let _api = ApiProc::start(home.path(), &[]);
+    let (code, out, err) = cli(home.path(), &["runs"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 6, "{out}");
+}
+
+#[test]
+fn a_batch_run_whose_output_is_closed_early_runs_to_its_end() {
+    let b = Bench::new();
+    let p = b.plan(&plan(&[
+        serde_json::json!({"id": "A", "wave": 1, "adapter": "claude", "prompt": "a [fake-write:a.txt]"}),
+        serde_json::json!({"id": "B", "wave": 2, "adapter": "claude", "prompt": "b [fake-write:b.txt]"}),
+        serde_json::json!({"id": "C", "wave": 3, "adapter": "claude", "prompt": "c [fake-write:c.txt]"}),
+    ]));
+    // `harness run plan.json | head -1`: the reader takes a line and goes away.
+    let mut child = b
+        .harness("success")
+        .env_remove("RUST_LOG")
+        .arg("run")
+        .arg(&p)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut first).unwrap();
+    assert!(first.contains("started"), "{first}");
+    let mut p = Proc { child };
+    assert_eq!(p.wait_exit(T), 0, "the run ends as it would have");
+    let v = b.view();
+    assert_eq!(v["status"], "finished", "{v}");
+    for t in ["A", "B", "C"] {
+        assert_eq!(v["tasks"][t]["state"], "committed", "{v}");
+    }
 }

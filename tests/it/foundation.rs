@@ -203,6 +203,42 @@ fn every_written_file_validates_against_its_schema() {
 }
 
 #[test]
+fn every_plan_in_the_repository_validates_against_the_plan_schema() {
+    let schema = schema("plan.schema.json");
+    let mut plans = vec![repo_dir().join("fixtures/demo/plan.json")];
+    for run in std::fs::read_dir(repo_dir().join("fixtures/runs")).unwrap() {
+        let rs = run.unwrap().path().join("repo/runstate");
+        for f in std::fs::read_dir(&rs).into_iter().flatten() {
+            let f = f.unwrap().path();
+            if f.to_string_lossy().ends_with(".plan.json") {
+                plans.push(f);
+            }
+        }
+    }
+    assert!(plans.len() > 1, "{plans:?}");
+    for p in &plans {
+        let v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+        assert_valid(&schema, &v, &p.display().to_string());
+        harness::state::plan::Plan::parse(&serde_json::to_vec(&v).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
+    // A task's title: the schema and the code agree on what they take and what they refuse.
+    let with_title = |title: &str| serde_json::json!({"v":"plan/v1","slug":"s","tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"p","title":title}]});
+    for (title, ok) in [
+        ("  add greet  ", true),
+        (&*"x".repeat(72), true),
+        ("", false),
+        (" ", false),
+        ("two\nlines", false),
+        (&*"x".repeat(73), false),
+    ] {
+        let v = with_title(title);
+        let code = harness::state::plan::Plan::parse(&serde_json::to_vec(&v).unwrap()).is_ok();
+        assert_eq!((schema.is_valid(&v), code), (ok, ok), "title {title:?}: (schema, code)");
+    }
+}
+
+#[test]
 fn cli_refuses_invalid_transition_with_a_message_naming_it() {
     let home = tempfile::tempdir().unwrap();
     let ids = install_fixture_runs(home.path());

@@ -289,7 +289,10 @@ fn a_run_whose_supervisor_is_gone_says_so_and_stop_ends_it() {
     let (code, out, err) = cli(&b.home(), &["runs", "--api", &format!("127.0.0.1:{}", api.port)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("GONE"), "{out}");
-    assert!(err.contains(&format!("harness supervise {run}")), "the command that recovers it: {err}");
+    assert!(err.contains(&format!("`harness debug supervise {run}`")), "the command that recovers it: {err}");
+    let (code, out, err) = cli(&b.home(), &["top", "--once", "--api", &format!("127.0.0.1:{}", api.port)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("supervisor gone: harness debug supervise {run}")), "{out}");
     // harness stop ends it in the journal and cleans up what the dead supervisor left.
     let (code, out, err) = cli(&b.home(), &["stop", &run]);
     assert_eq!(code, 0, "{out}{err}");
@@ -389,4 +392,101 @@ fn a_steer_sent_while_a_kill_waits_out_its_grace_is_refused_and_the_task_stays_h
     assert_eq!(b.state("A").as_deref(), Some("halted"), "the task was not dispatched again");
     control(&b.sock(), &serde_json::json!({"verb":"stop"}));
     sup.wait_exit(T);
+}
+
+#[test]
+fn a_persons_command_warns_in_one_plain_line_and_v_or_rust_log_keep_the_log_format() {
+    let b = Bench::new();
+    // A gate that fails leaves the task's work unintegrated: the run's end keeps it, with a warning.
+    let plan = b.plan(
+        r#"{"v":"plan/v1","slug":"warn","tasks":[{"id":"g","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]","gate":"false"}]}"#,
+    );
+    let stderr = |slug: &str, args: &[&str], rust_log: Option<&str>| {
+        let mut c = b.harness("success");
+        c.env_remove("RUST_LOG").arg("run").arg(&plan).args(["--slug", slug]).args(args);
+        if let Some(l) = rust_log {
+            c.env("RUST_LOG", l);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "the run fails");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let kept = "kept: task g is not integrated and holds 1 uncommitted path(s)";
+    let err = stderr("warn", &[], None);
+    assert!(err.contains(&format!("harness: warning: {kept}")), "{err}");
+    assert!(err.lines().all(|l| l.starts_with("harness: ")), "a line in tracing's format:\n{err}");
+    assert!(!err.contains("RUN_ID") && !err.contains("WARN"), "{err}");
+    // -v and RUST_LOG: the log as before (time, level, message, fields).
+    for (slug, args, rust_log) in [("warn-v", &["-v"][..], None), ("warn-env", &[][..], Some("warn"))] {
+        let err = stderr(slug, args, rust_log);
+        let line = err.lines().find(|l| l.contains(kept)).unwrap_or_else(|| panic!("{slug}: {err}"));
+        assert!(line.contains(" WARN ") && line.contains("RUN_ID="), "{slug}: {line}");
+    }
+}
+
+#[test]
+fn stop_json_prints_one_json_answer_on_every_path() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"gone-json","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang", &[]);
+    wait_for(T, || (!b.records().is_empty()).then_some(())).expect("the turn runs");
+    sup.child.kill().unwrap(); // a crash: the next stop finds no supervisor
+    sup.child.wait().unwrap();
+    let run = b.run_id();
+    let json = |out: &str| -> serde_json::Value {
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("not one JSON value ({e}): {out}"))
+    };
+    // Its supervisor gone: stopped here, said as a supervisor's stop answer is.
+    let (code, out, err) = cli(&b.home(), &["stop", &run, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("its supervisor was gone; stopped it here"), "{v}");
+    assert_eq!(b.view()["status"], "stopped");
+    // Over already: nothing to do, in JSON too.
+    let (code, out, err) = cli(&b.home(), &["stop", &run, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = json(&out);
+    assert_eq!(
+        (v["ok"].as_bool(), v["detail"].as_str()),
+        (Some(true), Some(&*format!("run {run}: already stopped; nothing to do"))),
+        "{v}"
+    );
+}
+
+#[test]
+fn show_says_what_a_task_is_doing_and_an_interrupted_attempt_reads_interrupted() {
+    // A gate running: `show RUN` and `top --once` say so, as `show RUN TASK` does.
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"gating","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a","gate":"sleep 30"}]}"#;
+    let _sup = b.start_supervised(plan, "success", &[]);
+    let api = ApiProc::start(&b.home(), &[]);
+    let run = b.run_id();
+    let at = format!("127.0.0.1:{}", api.port);
+    wait_for(T, || {
+        (api.get(&format!("/runs/{run}")).json()["plan"]["waves"][0]["tasks"][0]["live_state"] == "gating")
+            .then_some(())
+    })
+    .expect("the gate runs");
+    for args in [&["show", &run][..], &["show", &run, "A"], &["top", "--once"]] {
+        let (code, out, err) = cli(&b.home(), &[args, &["--api", &at]].concat());
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains("running gate"), "{args:?}: {out}");
+    }
+    assert_eq!(cli(&b.home(), &["stop", &run]).0, 0);
+    // A turn a steer interrupted: its attempt reads `interrupted` in `show`, as in the progress lines.
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"steered","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let mut sup = b.start_supervised(plan, "hang,success", &[]);
+    wait_for(T, || (!b.records().is_empty()).then_some(())).expect("the turn runs");
+    let r = control(&b.sock(), &serde_json::json!({"verb":"steer","task":"A","msg":"do X","interrupt":true}));
+    assert_eq!(r["ok"], true, "{r}");
+    b.wait_state("A", "committed", T);
+    sup.wait_exit(T);
+    let api = ApiProc::start(&b.home(), &[]);
+    let (code, out, err) = cli(&b.home(), &["show", &b.run_id(), "A", "--api", &format!("127.0.0.1:{}", api.port)]);
+    assert_eq!(code, 0, "{err}");
+    let attempts: Vec<&str> = out.lines().skip_while(|l| l.trim() != "attempts").skip(1).take(2).collect();
+    assert!(attempts.len() == 2 && attempts[0].contains("interrupted") && !attempts[0].contains("failed"), "{out}");
+    assert!(attempts[1].contains("done"), "{out}");
 }

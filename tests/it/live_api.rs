@@ -479,9 +479,16 @@ fn the_demo_runs_the_bundled_plan_to_the_end() {
     assert!(seen.iter().any(|l| l.contains(&format!("{exe} watch"))), "prints how to watch, with the binary it runs");
     assert!(seen.iter().any(|l| l.contains(&format!("binary {exe}"))), "names its binary");
     assert!(seen.iter().any(|l| l.ends_with("polish       done") || l.contains("polish       done ")), "{seen:?}");
-    // SIGTERM ends the demo cleanly.
+    // At `--pace fast` nothing waits for a steer: no steer is offered that would be refused.
+    assert!(!seen.iter().any(|l| l.contains("harness steer ")), "{seen:?}");
+    // SIGTERM ends the demo cleanly, its API's socket file removed.
+    let sock = dir.path().join("d/home/sock/api.sock");
+    assert!(sock.exists(), "no {}", sock.display());
+    let mut p = p;
     // SAFETY: signalling our own child.
     unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
+    p.wait_exit(Duration::from_secs(30));
+    assert!(!sock.exists(), "{} left behind", sock.display());
     let repo = dir.path().join("d/repo");
     let log = std::process::Command::new("git").arg("-C").arg(&repo).args(["log", "--oneline"]).output().unwrap();
     assert_eq!(
@@ -570,5 +577,12 @@ fn the_demos_last_task_waits_for_a_steer_and_a_verb_on_the_finished_run_says_so_
     assert_eq!(code, 1, "{err}");
     assert!(err.contains(&format!("run {run} finished")) && err.contains("ago; its events: harness watch"), "{err}");
     assert!(!err.contains("os error") && !err.contains(".sock"), "no socket path, no os error: {err}");
+    // The one steer the demo prints is polish's, which waits for it: it works whenever it is typed.
+    let steers: Vec<&String> = seen.iter().filter(|l| l.contains("harness steer ")).collect();
+    assert!(!steers.is_empty() && steers.iter().all(|l| l.contains(" polish ")), "{steers:?}");
+    // --help says what --listen does without one.
+    let (code, out, _) = cli(&home, &["demo", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("127.0.0.1:7878 when it is free, else a free port"), "{out}");
     kill_all_with_home(&home);
 }

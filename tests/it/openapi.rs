@@ -488,6 +488,7 @@ pub(crate) mod types {
             usage: Some(usage()),
             budget_usd: Some(1.5),
             idle_s: Some(Some(2.5)),
+            live_state: Some(LiveState::Gating),
         };
         RunDetail {
             run: summary(journal),

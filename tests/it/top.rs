@@ -239,7 +239,9 @@ fn top_shows_runs_redraws_on_changes_and_its_keys_act() {
     let run = b.run_id();
     let mut top = Tty::start(&b.home(), api.port, 160, 40);
     top.wait_shown(&short(&run));
-    top.wait_shown("leased");
+    // The task's state in the words `show` and `runs` use, not the journal's.
+    let s = top.wait_until("show H running", |s| s.iter().any(|r| r.contains(" w1 ") && r.contains(" running ")));
+    assert!(!s.join("\n").contains("leased"), "{}", s.join("\n"));
     // p pauses the run; the change comes back through /watch and is drawn.
     top.press("p");
     wait_for(T, || b.controls("pause").iter().any(|c| c["by"] == "top").then_some(())).expect("paused by top");
@@ -291,11 +293,11 @@ fn top_puts_live_runs_first_names_them_by_slug_and_moves_filters_and_helps_by_ke
     for (key, name, status) in [
         ("j", "midwave", "running"),
         ("k", "same-slug-b", "running"),
-        ("G", "finished", "finished"),
+        ("G", "finished", "done"),
         ("g", "same-slug-b", "running"),
-        ("\x1b[F", "finished", "finished"),
+        ("\x1b[F", "finished", "done"),
         ("\x1b[H", "same-slug-b", "running"),
-        ("\x1b[6~", "finished", "finished"),
+        ("\x1b[6~", "finished", "done"),
         ("\x1b[5~", "same-slug-b", "running"),
     ] {
         top.press(key);
@@ -376,7 +378,14 @@ fn enter_on_a_finished_task_shows_its_recorded_events_as_watch_prints_them() {
     // Esc closes the pane (the tasks are back), and does not quit.
     top.press("\x1b");
     top.wait_gone("I'll run a command.");
-    top.wait_shown("TASK");
+    let s = top.wait_shown("TASK");
+    // The task's state in the words `show` uses ("done", not the journal's "committed").
+    let t1 = &s[row_of(&s, "T1 ")];
+    assert!(t1.contains(" done ") && !t1.contains("committed"), "{t1}");
+    // r on a run that is over says so as the CLI's verbs do, not as the API's 409.
+    top.press("r");
+    let s = top.wait_shown(&format!("run {run} finished"));
+    assert!(!s.join("\n").contains("409"), "{}", s.join("\n"));
     top.assert_running();
     top.quit();
 }
