@@ -67,11 +67,11 @@ fn rendered_units_pass_systemd_analyze_verify_with_no_output() {
         .unwrap();
     let prefix = api_socket.strip_suffix("-api.socket").unwrap().to_string();
     assert!(prefix.len() == "harness-".len() + 16 && prefix.starts_with("harness-"), "{prefix}");
-    let files: Vec<_> = ["api.socket", "api.service", "supervisor@.socket", "supervisor@.service"]
+    let files: Vec<_> = ["api.socket", "api.service", "supervisor@.socket", "supervisor@.service", "relay.service"]
         .iter()
         .map(|n| units.join(format!("{prefix}-{n}")))
         .collect();
-    assert_eq!(std::fs::read_dir(&units).unwrap().count(), 4, "only this home's four units");
+    assert_eq!(std::fs::read_dir(&units).unwrap().count(), 5, "only this home's five units (the relay's added)");
     let api = std::fs::read_to_string(&files[0]).unwrap();
     assert!(!api.contains("ListenStream=127.0.0.1"), "the default home's TCP port is not taken: {api}");
     for f in &files {
