@@ -79,10 +79,9 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
         views_at: None,
         live: false,
         replaced: false,
-        sources: BTreeMap::new(),
         sources_at: None,
         wakes: Vec::new(),
-        times: BTreeMap::new(),
+        files_fp: None,
     };
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -148,59 +147,88 @@ struct RunSync {
     run: RunId,
     /// `None`: ask the stream.
     journal: Option<Position>,
-    tasks: BTreeMap<TaskId, Option<EventsAt>>,
+    /// Each task's events (its log, adapter and session looked up with the journal, and again
+    /// every two seconds).
+    tasks: BTreeMap<TaskId, TaskPub>,
     /// When views were last computed (they are at most every half second for log-only changes).
     views_at: Option<(tokio::time::Instant, u64)>,
     live: bool,
     /// The journal is not the one the stream mirrors (replaced by hand): not published further.
     replaced: bool,
-    /// Each task's log, adapter and session, and when they were looked up.
-    sources: BTreeMap<TaskId, Arc<crate::api::stream::Source>>,
+    /// When the tasks' sources were last looked up.
     sources_at: Option<tokio::time::Instant>,
     /// Wake-ups of the run's files (subscribed again when its tasks' logs change).
     wakes: Vec<broadcast::Receiver<()>>,
-    /// Each task's line times (`LOG.times`), read on as the log grows.
-    times: BTreeMap<TaskId, crate::os::stamp::Times>,
+    /// The run's files (size, mtime) at the last step: a step of a run nothing runs, with no file
+    /// changed, publishes nothing and computes nothing.
+    files_fp: Option<u64>,
 }
 
 impl RunSync {
     fn forget(&mut self) {
         self.journal = None;
         for t in self.tasks.values_mut() {
-            *t = None;
+            t.at = None;
         }
     }
 
     /// The files whose change wakes this run: its journal, liveness and each task's log.
     fn subscribe(&self) -> Vec<broadcast::Receiver<()>> {
         let hub = &self.ctx.api.hub;
+        self.watched_paths().iter().filter_map(|p| hub.subscribe(p)).collect()
+    }
+
+    fn watched_paths(&self) -> Vec<PathBuf> {
         let Ok(p) = self.ctx.api.durable.pointer(&self.run) else { return Vec::new() };
-        let mut paths = vec![p.journal_path(), p.liveness_path()];
-        paths.extend(self.sources.values().map(|s| s.logfile.clone()));
-        paths.iter().filter_map(|p| hub.subscribe(p)).collect()
+        let mut paths = vec![p.journal_path(), p.liveness_path(), p.plan_path()];
+        paths.extend(self.tasks.values().map(|t| t.src.logfile.clone()));
+        paths
     }
 
     /// Journal, then events, then views.
     async fn step(&mut self) -> Result<(), Failed> {
         let journal_changed = self.publish_journal().await?;
+        // A run nothing runs whose files did not change since the last step has nothing new to
+        // publish: not even its views are computed again (a home of thousands of finished runs
+        // costs a few stat calls per run per look).
+        let fp = {
+            let (paths, ptr) = (self.watched_paths(), self.ctx.api.durable.pointer(&self.run).ok());
+            crate::api::blocking(move || files_fp(&paths, ptr.as_ref())).await.unwrap_or(0)
+        };
+        if !journal_changed && !self.live && self.files_fp == Some(fp) && self.views_at.is_some() {
+            return Ok(());
+        }
+        self.files_fp = Some(fp);
         // The tasks and their logs change with the journal (or a liveness file): looked at again
         // then, and every two seconds — not at every line an engine prints.
         if journal_changed || self.sources_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
             let (api, run) = (self.ctx.api.clone(), self.run.clone());
             let sources = crate::api::blocking(move || sources_of(&api, &run)).await.unwrap_or_default();
-            for t in sources.keys() {
-                self.tasks.entry(t.clone()).or_insert(None);
-            }
-            if sources.values().map(|s| &s.logfile).ne(self.sources.values().map(|s| &s.logfile)) {
+            if sources.iter().map(|(t, s)| (t, &s.logfile)).ne(self.tasks.iter().map(|(t, p)| (t, &p.src.logfile))) {
                 self.wakes.clear();
             }
-            self.sources = sources;
+            self.tasks.retain(|t, _| sources.contains_key(t));
+            for (t, src) in sources {
+                match self.tasks.get_mut(&t) {
+                    Some(p) => p.src = src,
+                    None => {
+                        let p = TaskPub {
+                            ctx: self.ctx.clone(),
+                            run: self.run.clone(),
+                            task: t.clone(),
+                            src,
+                            at: None,
+                            times: None,
+                        };
+                        self.tasks.insert(t, p);
+                    }
+                }
+            }
             self.sources_at = Some(tokio::time::Instant::now());
         }
-        let tasks: Vec<TaskId> = self.sources.keys().cloned().collect();
-        for t in tasks {
-            self.publish_events(&t).await?;
-        }
+        // Every task's subject at once: one message at a time per subject, the subjects in parallel.
+        let results = futures_util::future::join_all(self.tasks.values_mut().map(TaskPub::sync)).await;
+        results.into_iter().collect::<Result<Vec<()>, Failed>>()?;
         let covers = self.journal.map_or(0, |j| j.subject_seq);
         // Views at once when the journal moved; else (usage, idle times) every two seconds at most,
         // so a busy log's events are not held up behind them.
@@ -211,37 +239,6 @@ impl RunSync {
             self.views_at = Some((tokio::time::Instant::now(), covers));
         }
         Ok(())
-    }
-
-    /// Where `subject` stands in the stream: its last message's headers (nothing: the start).
-    async fn ask(&self, stream: &str, subject: &str) -> Result<(Position, Option<String>, Bytes), Failed> {
-        let s = self.ctx.js.get_stream_no_info(stream).await.map_err(|e| Failed::Nats(e.to_string()))?;
-        match s.get_last_raw_message_by_subject(subject).await {
-            Ok(m) => {
-                let h = |n: &str| m.headers.get(n).map(|v| v.as_str().to_string());
-                let num = |n: &str| h(n).and_then(|v| v.parse::<u64>().ok());
-                let line =
-                    num(header::LINE).or_else(|| h(header::SEQ).and_then(|s| Seq::parse(&s).ok()).map(|s| s.line));
-                let pos =
-                    Position { subject_seq: m.sequence, line: line.unwrap_or(0), at: num(header::AT).unwrap_or(0) };
-                Ok((pos, h(header::SEQ), m.payload))
-            }
-            Err(e) if matches!(e.kind(), jetstream::stream::LastRawMessageErrorKind::NoMessageFound) => {
-                Ok((Position::default(), None, Bytes::new()))
-            }
-            Err(e) => Err(Failed::Nats(e.to_string())),
-        }
-    }
-
-    /// Publishes one message over the subject's last; returns its stream sequence.
-    async fn publish(&self, subject: &str, msg: PublishMessage) -> Result<u64, Failed> {
-        let ack = self.ctx.js.send_publish(subject.to_string(), msg).await.map_err(|e| Failed::Nats(e.to_string()))?;
-        match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
-            Ok(Ok(a)) => Ok(a.sequence),
-            Ok(Err(e)) if matches!(e.kind(), PublishErrorKind::WrongLastSequence) => Err(Failed::Moved),
-            Ok(Err(e)) => Err(Failed::Nats(e.to_string())),
-            Err(_) => Err(Failed::Nats("no acknowledgement from JetStream in time".into())),
-        }
     }
 
     /// The journal's lines not yet published; whether there were any.
@@ -255,7 +252,7 @@ impl RunSync {
         let mut pos = match self.journal {
             Some(p) => p,
             None => {
-                let (pos, _, last) = self.ask(fleet::JOURNAL_STREAM, &subject).await?;
+                let (pos, _, last) = ask(&self.ctx.js, fleet::JOURNAL_STREAM, &subject).await?;
                 // The line the stream ends with must be the journal's at that place: a journal
                 // replaced under the run id (only by hand) is not mirrored over the old one's lines.
                 let (lines, _) = read_lines(path.clone(), pos).await;
@@ -300,125 +297,11 @@ impl RunSync {
                 .headers(h)
                 .message_id(fleet::journal_msg_id(&self.ctx.host, &self.run, line))
                 .expected_last_subject_sequence(pos.subject_seq);
-            pos.subject_seq = self.publish(subject, msg).await?;
+            pos.subject_seq = publish(&self.ctx.js, subject, msg).await?;
             pos.line = line;
             pos.at = at;
         }
         Ok(pos)
-    }
-
-    /// One task's events not yet published.
-    async fn publish_events(&mut self, task: &TaskId) -> Result<(), Failed> {
-        let subject = fleet::events_subject(&self.ctx.host, &self.run, task);
-        let mut at = match self.tasks.get(task).cloned().flatten() {
-            Some(a) => a,
-            None => {
-                // The last published line again (its later events may be missing), then on.
-                let (pos, seq, _) = self.ask(fleet::EVENTS_STREAM, &subject).await?;
-                EventsAt { pos, last: seq.and_then(|s| Seq::parse(&s).ok()), next: pos, session: None }
-            }
-        };
-        self.tasks.insert(task.clone(), Some(at.clone()));
-        let Some(src) = self.sources.get(task).cloned() else { return Ok(()) };
-        loop {
-            let (lines, next) = read_lines(src.logfile.clone(), at.next).await;
-            if lines.is_empty() {
-                return Ok(());
-            }
-            self.publish_lines(task, &subject, &src, &mut at, lines).await?;
-            at.next = next;
-            self.tasks.insert(task.clone(), Some(at.clone()));
-        }
-    }
-
-    /// The events of `lines` past the last published, each over the subject's last message.
-    async fn publish_lines(
-        &mut self,
-        task: &TaskId,
-        subject: &str,
-        src: &Arc<crate::api::stream::Source>,
-        at: &mut EventsAt,
-        lines: Vec<(u64, u64, Vec<u8>)>,
-    ) -> Result<(), Failed> {
-        let times = {
-            let (log, held) = (src.logfile.clone(), self.times.remove(task));
-            tokio::task::spawn_blocking(move || match held {
-                Some(mut t) => {
-                    t.refresh();
-                    t
-                }
-                None => crate::os::stamp::Times::of(&log),
-            })
-            .await
-            .map_err(|e| Failed::Nats(e.to_string()))?
-        };
-        let (run, tname) = (self.run.to_string(), task.to_string());
-        let w = Writer::new(&run, &tname);
-        let now = crate::state::journal::now_rfc3339();
-        for (line, start, raw) in lines {
-            let stamped = times.at(line);
-            let session = src.session.clone().or_else(|| at.session.clone());
-            let ctx = Context {
-                run: &run,
-                task: &tname,
-                session: session.as_deref(),
-                observed_ts: stamped.as_deref().unwrap_or(&now),
-            };
-            for e in normalize::normalize_line(src.adapter, line, &raw, &ctx) {
-                if at.last.is_some_and(|l| e.seq <= l) {
-                    continue;
-                }
-                if let Some(s) = &e.session {
-                    at.session = Some(s.to_string());
-                }
-                let mut json = Vec::with_capacity(256);
-                w.write_line(&e, &mut json);
-                json.pop();
-                let json = self.fit(json, &e);
-                let mut h = async_nats::HeaderMap::new();
-                h.insert(header::SEQ, e.seq.to_string().as_str());
-                h.insert(header::AT, start.to_string().as_str());
-                let msg = PublishMessage::build()
-                    .payload(Bytes::from(json))
-                    .headers(h)
-                    .message_id(fleet::event_msg_id(&self.ctx.host, &self.run, task, &e.seq.to_string()))
-                    .expected_last_subject_sequence(at.pos.subject_seq);
-                at.pos.subject_seq = self.publish(subject, msg).await?;
-                at.pos.line = line;
-                at.pos.at = start;
-                at.last = Some(e.seq);
-                self.tasks.insert(task.clone(), Some(at.clone()));
-            }
-        }
-        self.times.insert(task.clone(), times);
-        Ok(())
-    }
-
-    /// An event too large for one message becomes an `error` event at its seq saying where to
-    /// read it whole (the host's own `/events`).
-    fn fit(&self, json: Vec<u8>, e: &crate::events::Event<'_>) -> Vec<u8> {
-        if json.len() + 4096 <= self.ctx.max_payload {
-            return json;
-        }
-        let big = crate::events::Event {
-            data: crate::events::Data::Error {
-                fatal: false,
-                message: Some(std::borrow::Cow::Owned(format!(
-                    "event {} is {} bytes, more than one message of the fleet's NATS holds: read it from the host's own API (/runs/{}/tasks/{}/events)",
-                    e.seq,
-                    json.len(),
-                    e.run,
-                    e.task
-                ))),
-                reason: Some(std::borrow::Cow::Borrowed("too_large")),
-                raw: None,
-            },
-            ..e.clone()
-        };
-        let mut out = Vec::new();
-        Writer::new(e.run, e.task).write_line(&big, &mut out);
-        out.pop();
-        out
     }
 
     /// The run's views (row, detail, approvals, each task), each published when it changed (the
@@ -467,6 +350,165 @@ impl RunSync {
     }
 }
 
+/// Where `subject` stands in the stream: its last message's headers (nothing: the start).
+async fn ask(
+    js: &jetstream::Context,
+    stream: &str,
+    subject: &str,
+) -> Result<(Position, Option<String>, Bytes), Failed> {
+    let s = js.get_stream_no_info(stream).await.map_err(|e| Failed::Nats(e.to_string()))?;
+    match s.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => {
+            let h = |n: &str| m.headers.get(n).map(|v| v.as_str().to_string());
+            let num = |n: &str| h(n).and_then(|v| v.parse::<u64>().ok());
+            let line = num(header::LINE).or_else(|| h(header::SEQ).and_then(|s| Seq::parse(&s).ok()).map(|s| s.line));
+            let pos = Position { subject_seq: m.sequence, line: line.unwrap_or(0), at: num(header::AT).unwrap_or(0) };
+            Ok((pos, h(header::SEQ), m.payload))
+        }
+        Err(e) if matches!(e.kind(), jetstream::stream::LastRawMessageErrorKind::NoMessageFound) => {
+            Ok((Position::default(), None, Bytes::new()))
+        }
+        Err(e) => Err(Failed::Nats(e.to_string())),
+    }
+}
+
+/// Publishes one message over the subject's last; returns its stream sequence.
+async fn publish(js: &jetstream::Context, subject: &str, msg: PublishMessage) -> Result<u64, Failed> {
+    let ack = js.send_publish(subject.to_string(), msg).await.map_err(|e| Failed::Nats(e.to_string()))?;
+    match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
+        Ok(Ok(a)) => Ok(a.sequence),
+        Ok(Err(e)) if matches!(e.kind(), PublishErrorKind::WrongLastSequence) => Err(Failed::Moved),
+        Ok(Err(e)) => Err(Failed::Nats(e.to_string())),
+        Err(_) => Err(Failed::Nats("no acknowledgement from JetStream in time".into())),
+    }
+}
+
+/// One task's events: where its subject stands, and what is needed to publish on from there.
+struct TaskPub {
+    ctx: Arc<Ctx>,
+    run: RunId,
+    task: TaskId,
+    src: Arc<crate::api::stream::Source>,
+    /// `None`: ask the stream.
+    at: Option<EventsAt>,
+    /// The log's line times (`LOG.times`), read on as the log grows.
+    times: Option<crate::os::stamp::Times>,
+}
+
+impl TaskPub {
+    /// The task's events not yet published.
+    async fn sync(&mut self) -> Result<(), Failed> {
+        let subject = fleet::events_subject(&self.ctx.host, &self.run, &self.task);
+        let mut at = match self.at.clone() {
+            Some(a) => a,
+            None => {
+                // The last published line again (its later events may be missing), then on.
+                let (pos, seq, _) = ask(&self.ctx.js, fleet::EVENTS_STREAM, &subject).await?;
+                EventsAt { pos, last: seq.and_then(|s| Seq::parse(&s).ok()), next: pos, session: None }
+            }
+        };
+        self.at = Some(at.clone());
+        loop {
+            let (lines, next) = read_lines(self.src.logfile.clone(), at.next).await;
+            if lines.is_empty() {
+                return Ok(());
+            }
+            self.publish_lines(&subject, &mut at, lines).await?;
+            at.next = next;
+            self.at = Some(at.clone());
+        }
+    }
+
+    /// The events of `lines` past the last published, each over the subject's last message.
+    async fn publish_lines(
+        &mut self,
+        subject: &str,
+        at: &mut EventsAt,
+        lines: Vec<(u64, u64, Vec<u8>)>,
+    ) -> Result<(), Failed> {
+        let times = {
+            let (log, held) = (self.src.logfile.clone(), self.times.take());
+            tokio::task::spawn_blocking(move || match held {
+                Some(mut t) => {
+                    t.refresh();
+                    t
+                }
+                None => crate::os::stamp::Times::of(&log),
+            })
+            .await
+            .map_err(|e| Failed::Nats(e.to_string()))?
+        };
+        let (run, tname) = (self.run.to_string(), self.task.to_string());
+        let w = Writer::new(&run, &tname);
+        let now = crate::state::journal::now_rfc3339();
+        let src = self.src.clone();
+        for (line, start, raw) in lines {
+            let stamped = times.at(line);
+            let session = src.session.clone().or_else(|| at.session.clone());
+            let ctx = Context {
+                run: &run,
+                task: &tname,
+                session: session.as_deref(),
+                observed_ts: stamped.as_deref().unwrap_or(&now),
+            };
+            for e in normalize::normalize_line(src.adapter, line, &raw, &ctx) {
+                if at.last.is_some_and(|l| e.seq <= l) {
+                    continue;
+                }
+                if let Some(s) = &e.session {
+                    at.session = Some(s.to_string());
+                }
+                let mut json = Vec::with_capacity(256);
+                w.write_line(&e, &mut json);
+                json.pop();
+                let json = fit(self.ctx.max_payload, json, &e);
+                let mut h = async_nats::HeaderMap::new();
+                h.insert(header::SEQ, e.seq.to_string().as_str());
+                h.insert(header::AT, start.to_string().as_str());
+                let msg = PublishMessage::build()
+                    .payload(Bytes::from(json))
+                    .headers(h)
+                    .message_id(fleet::event_msg_id(&self.ctx.host, &self.run, &self.task, &e.seq.to_string()))
+                    .expected_last_subject_sequence(at.pos.subject_seq);
+                at.pos.subject_seq = publish(&self.ctx.js, subject, msg).await?;
+                at.pos.line = line;
+                at.pos.at = start;
+                at.last = Some(e.seq);
+                self.at = Some(at.clone());
+            }
+        }
+        self.times = Some(times);
+        Ok(())
+    }
+}
+
+/// An event too large for one message becomes an `error` event at its seq saying where to read it
+/// whole (the host's own `/events`).
+fn fit(max_payload: usize, json: Vec<u8>, e: &crate::events::Event<'_>) -> Vec<u8> {
+    if json.len() + 4096 <= max_payload {
+        return json;
+    }
+    let big = crate::events::Event {
+        data: crate::events::Data::Error {
+            fatal: false,
+            message: Some(std::borrow::Cow::Owned(format!(
+                "event {} is {} bytes, more than one message of the fleet's NATS holds: read it from the host's own API (/runs/{}/tasks/{}/events)",
+                e.seq,
+                json.len(),
+                e.run,
+                e.task
+            ))),
+            reason: Some(std::borrow::Cow::Borrowed("too_large")),
+            raw: None,
+        },
+        ..e.clone()
+    };
+    let mut out = Vec::new();
+    Writer::new(e.run, e.task).write_line(&big, &mut out);
+    out.pop();
+    out
+}
+
 /// The complete lines of `path` from `pos` (the line there, and what follows): each with its
 /// ordinal and where it starts, and where the line after them starts. Read off the async workers,
 /// at most ~1 MiB a call (the caller calls again).
@@ -488,6 +530,19 @@ async fn read_lines(path: PathBuf, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, 
     })
     .await
     .unwrap_or((Vec::new(), pos))
+}
+
+/// A hash of the files' sizes and modification times (and the pointer's liveness path: a pointer
+/// replaced names other files).
+fn files_fp(paths: &[PathBuf], pointer: Option<&crate::state::registry::Pointer>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    pointer.map(|p| p.journal_path()).hash(&mut h);
+    for p in paths {
+        let m = std::fs::metadata(p).ok();
+        (m.as_ref().map(|m| m.len()), m.and_then(|m| m.modified().ok())).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Each task's source (its log, adapter and session), planned or only journaled.
