@@ -350,12 +350,25 @@ fn throughput(dir: &Path, url: &str) {
 fn get(port: u16, path: &str) -> Duration {
     let t = Instant::now();
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).unwrap();
     let d = t.elapsed();
     assert!(buf.starts_with(b"HTTP/1.1 200"), "{path}: {}", String::from_utf8_lossy(&buf[..buf.len().min(200)]));
     d
+}
+
+/// `Harness-Total` of `GET /runs?limit=1`, waiting as long as the API takes (a fleet API reads its
+/// streams before its first answer); `None` on any failure.
+fn total(port: u16) -> Option<usize> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(300))).ok()?;
+    write!(s, "GET /runs?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    text.lines().take_while(|l| !l.is_empty()).find_map(|l| l.strip_prefix("harness-total: ")).and_then(|t| t.trim().parse().ok())
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -390,11 +403,8 @@ fn pages(dir: &Path, url: &str) {
     }
     let t = Instant::now();
     let probe = fleet_api(dir, url);
-    support::common::wait_for(Duration::from_secs(1800), || {
-        let r = support::common::http(probe.port, "GET", "/runs?limit=1", &[], None);
-        (r.header("harness-total").and_then(|t| t.parse::<usize>().ok()) == Some(RUNS)).then_some(())
-    })
-    .expect("the fleet lists every run");
+    support::common::wait_for(Duration::from_secs(1800), || (total(probe.port) == Some(RUNS)).then_some(()))
+        .expect("the fleet lists every run");
     println!("   (5 relays mirrored 10,000 runs x 50 records and their views in {:.1} s)", t.elapsed().as_secs_f64());
     drop(probe);
     let (mut cold, mut warm, mut rss) = (Vec::new(), Vec::new(), 0);
