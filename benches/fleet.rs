@@ -368,7 +368,10 @@ fn total(port: u16) -> Option<usize> {
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf);
-    text.lines().take_while(|l| !l.is_empty()).find_map(|l| l.strip_prefix("harness-total: ")).and_then(|t| t.trim().parse().ok())
+    text.lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix("harness-total: "))
+        .and_then(|t| t.trim().parse().ok())
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -176,6 +176,11 @@ impl Tail {
         self.line_start
     }
 
+    /// Bytes read so far (a line longer than one read moves this, not `next_offset`).
+    pub fn read_offset(&self) -> u64 {
+        self.offset
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -365,6 +370,11 @@ impl WatchHub {
         let s2 = senders.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(ev) = res else { return };
+            // Opening or reading a file changes nothing in it: a reader woken by its own (or
+            // another reader's) opens would read again and again for nothing.
+            if matches!(ev.kind, notify::EventKind::Access(a) if !matches!(a, notify::event::AccessKind::Close(notify::event::AccessMode::Write))) {
+                return;
+            }
             let senders = s2.lock().unwrap_or_else(|p| p.into_inner());
             for p in &ev.paths {
                 if let Some(tx) = senders.get(p) {

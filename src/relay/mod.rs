@@ -86,6 +86,15 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
             }
         }
     };
+    // Runs the stream lists whose pointer went while no relay ran (pruned): withdrawn now.
+    let here = registered(&home.runs_dir());
+    for subject in published.keys() {
+        if let Some((_, run, fleet::View::Row)) = fleet::parse_view_subject(subject)
+            && !here.contains(&run)
+        {
+            publish::withdraw(&js, &opts.host, &run).await;
+        }
+    }
     let ctx = Arc::new(publish::Ctx {
         host: opts.host.clone(),
         js: js.clone(),

@@ -79,6 +79,8 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
         views_at: None,
         live: false,
         replaced: false,
+        journal_ino: None,
+        resubscribe: false,
         sources_at: None,
         wakes: Vec::new(),
         files_fp: None,
@@ -111,6 +113,11 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
                 _ = tokio::time::sleep(pause) => {}
                 _ = gone.changed() => {}
             }
+            continue;
+        }
+        // The step found other files to follow (a task's log): subscribed anew, then read again
+        // at once (what was written meanwhile woke nobody).
+        if std::mem::take(&mut s.resubscribe) {
             continue;
         }
         tokio::select! {
@@ -155,6 +162,10 @@ struct RunSync {
     live: bool,
     /// The journal is not the one the stream mirrors (replaced by hand): not published further.
     replaced: bool,
+    /// The journal file's inode when it was last read.
+    journal_ino: Option<u64>,
+    /// The files to follow changed during the step: subscribe and read again at once.
+    resubscribe: bool,
     /// When the tasks' sources were last looked up.
     sources_at: Option<tokio::time::Instant>,
     /// Wake-ups of the run's files (subscribed again when its tasks' logs change).
@@ -206,6 +217,7 @@ impl RunSync {
             let sources = crate::api::blocking(move || sources_of(&api, &run)).await.unwrap_or_default();
             if sources.iter().map(|(t, s)| (t, &s.logfile)).ne(self.tasks.iter().map(|(t, p)| (t, &p.src.logfile))) {
                 self.wakes.clear();
+                self.resubscribe = true;
             }
             self.tasks.retain(|t, _| sources.contains_key(t));
             for (t, src) in sources {
@@ -249,6 +261,23 @@ impl RunSync {
         let subject = fleet::journal_subject(&self.ctx.host, &self.run);
         let Ok(pointer) = self.ctx.api.durable.pointer(&self.run) else { return Ok(false) };
         let path = pointer.journal_path();
+        // Another file under the journal's name (replaced by hand), or a shorter one: what the
+        // stream ends with is checked against it again before anything more is published.
+        let file = {
+            let p = path.clone();
+            crate::api::blocking(move || {
+                std::fs::metadata(&p).ok().map(|m| (std::os::unix::fs::MetadataExt::ino(&m), m.len()))
+            })
+            .await
+            .ok()
+            .flatten()
+        };
+        if let (Some((ino, len)), Some(pos)) = (file, self.journal)
+            && (self.journal_ino.is_some_and(|i| i != ino) || len < pos.at)
+        {
+            self.journal = None;
+        }
+        self.journal_ino = file.map(|f| f.0);
         let mut pos = match self.journal {
             Some(p) => p,
             None => {
@@ -337,16 +366,23 @@ impl RunSync {
 
     /// The run is gone from the home (pruned): its row says so, and the fleet drops it.
     async fn tombstone(&self) {
+        withdraw(&self.ctx.js, &self.ctx.host, &self.run).await;
         let subject = fleet::view_subject(&self.ctx.host, &self.run, &View::Row);
-        let mut h = async_nats::HeaderMap::new();
-        h.insert(header::GONE, "pruned");
-        let msg = PublishMessage::build().payload(Bytes::new()).headers(h);
-        match self.ctx.js.send_publish(subject, msg).await {
-            Ok(ack) => {
-                let _ = tokio::time::timeout(fleet::ACK_WAIT, ack).await;
-            }
-            Err(e) => tracing::warn!(RUN_ID = %self.run, error = %e, "the pruned run's row could not be withdrawn"),
+        self.ctx.published.lock().unwrap_or_else(|p| p.into_inner()).remove(&subject);
+    }
+}
+
+/// Withdraws `run`'s row from the fleet (the run is gone from its home): an empty row that says so.
+pub async fn withdraw(js: &jetstream::Context, host: &HostName, run: &RunId) {
+    let subject = fleet::view_subject(host, run, &View::Row);
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(header::GONE, "pruned");
+    let msg = PublishMessage::build().payload(Bytes::new()).headers(h);
+    match js.send_publish(subject, msg).await {
+        Ok(ack) => {
+            let _ = tokio::time::timeout(fleet::ACK_WAIT, ack).await;
         }
+        Err(e) => tracing::warn!(RUN_ID = %run, error = %e, "a pruned run's row could not be withdrawn"),
     }
 }
 
@@ -403,8 +439,13 @@ impl TaskPub {
             Some(a) => a,
             None => {
                 // The last published line again (its later events may be missing), then on.
-                let (pos, seq, _) = ask(&self.ctx.js, fleet::EVENTS_STREAM, &subject).await?;
-                EventsAt { pos, last: seq.and_then(|s| Seq::parse(&s).ok()), next: pos, session: None }
+                let (pos, seq, last) = ask(&self.ctx.js, fleet::EVENTS_STREAM, &subject).await?;
+                // The session the events fell back on goes on from the last one published (a
+                // restart in the middle of a turn whose lines name none, as codex's, keeps it).
+                let session = serde_json::from_slice::<serde_json::Value>(&last)
+                    .ok()
+                    .and_then(|v| v.get("session").and_then(|s| s.as_str()).map(str::to_string));
+                EventsAt { pos, last: seq.and_then(|s| Seq::parse(&s).ok()), next: pos, session }
             }
         };
         self.at = Some(at.clone());
@@ -519,8 +560,10 @@ async fn read_lines(path: PathBuf, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, 
         let mut out = Vec::new();
         let mut bytes = 0usize;
         while bytes < 1 << 20 {
+            let before = tail.read_offset();
             let Ok((lines, _)) = tail.read_available_at(256 * 1024) else { break };
-            if lines.is_empty() {
+            // A read that ends inside a long line gives no line but moves on: read on to its end.
+            if lines.is_empty() && tail.read_offset() == before {
                 break;
             }
             bytes += lines.iter().map(|l| l.2.len()).sum::<usize>();

@@ -31,7 +31,20 @@ impl Scheduler {
             let r = Sketch::of(req).journal(&self.ctx.journal, Refusal::new(RefusalKind::State, detail));
             let _ = reply.send(r.into());
         };
-        match first {
+        if let Some(k) = &first
+            && (k.verb != req.verb() || k.task.as_ref() != req.task())
+        {
+            let was = match &k.task {
+                Some(t) => format!("{} of task {t}", k.verb),
+                None => k.verb.clone(),
+            };
+            refuse(
+                format!("Idempotency-Key {key:?} was first used for {was}: a key names one request; use a new key"),
+                reply,
+            );
+            return None;
+        }
+        match first.map(|k| k.answer) {
             Some(Some(answer)) => {
                 match serde_json::from_value::<Reply>(answer) {
                     Ok(first) => {

@@ -191,10 +191,18 @@ pub struct RunView {
     /// The tasks stalled now (a `stalled` mark with no `unstalled` or task record after it), with
     /// when their output stopped.
     pub stalled_now: BTreeMap<TaskId, String>,
-    /// Every `Idempotency-Key` the run's verbs carried, with the first answer (`None`: asked, not
-    /// yet answered).
+    /// Every `Idempotency-Key` the run's verbs carried: the request it named first, and its first
+    /// answer (`None`: asked, not yet answered).
     #[serde(skip)]
-    pub idempotency: BTreeMap<String, Option<serde_json::Value>>,
+    pub idempotency: BTreeMap<String, Keyed>,
+}
+
+/// What an `Idempotency-Key` was first used for, and the first answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Keyed {
+    pub verb: String,
+    pub task: Option<TaskId>,
+    pub answer: Option<serde_json::Value>,
 }
 
 /// An attention mark as the views show it.
@@ -287,9 +295,13 @@ impl RunView {
             Body::Approval(a) => self.apply_approval(rec, a),
             Body::Control(c) => self.apply_control(rec, line, c),
             Body::Idempotency(i) => {
-                let first = self.idempotency.entry(i.key.clone()).or_insert(None);
-                if first.is_none() {
-                    *first = i.answer.clone();
+                let first = self.idempotency.entry(i.key.clone()).or_insert_with(|| Keyed {
+                    verb: i.verb.clone(),
+                    task: i.task.clone(),
+                    answer: None,
+                });
+                if first.answer.is_none() {
+                    first.answer = i.answer.clone();
                 }
             }
         }
