@@ -291,7 +291,7 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
     // The base goes first: a worktree that exists always has its base recorded.
     let tip = git::head(run_wt)?;
     git::set_ref(run_wt, &base_name, &tip)?;
-    git::worktree_add(run_wt, &t.path, &t.branch, &tip, r.hooks)?;
+    add_private(run_wt, t, &tip, r.hooks)?;
     let carry = match carry_from {
         Some((sha, old_base)) => {
             let conflicts = dry_carry(&t.path, &sha, &old_base)?;
@@ -300,6 +300,19 @@ pub fn prepare(run_wt: &Path, t: &TaskTree, r: &Ready) -> Result<Prepared, GitEr
         None => None,
     };
     Ok(Prepared { base: tip, carry })
+}
+
+/// `git worktree add` of `t` at `tip` into a folder of harness's own (0700): made before git checks
+/// out into it (git takes an empty dir) and tightened after, should git have made it under the
+/// umask; what git and the agent write inside keeps the repository's modes.
+fn add_private(run_wt: &Path, t: &TaskTree, tip: &str, hooks: Hooks) -> Result<(), GitError> {
+    let private = |p: &Path| {
+        crate::os::home::private_dir(p)
+            .map_err(|e| GitError::Failed { args: format!("mkdir {}", p.display()), detail: e.to_string() })
+    };
+    private(&t.path)?;
+    git::worktree_add(run_wt, &t.path, &t.branch, tip, hooks)?;
+    private(&t.path)
 }
 
 /// The task's refs are written only by its own pipeline, which is not running while it is

@@ -47,15 +47,24 @@ fn every_file_harness_makes_is_its_owners_only_and_the_agents_files_keep_the_uma
     let plan = r#"{"v":"plan/v1","slug":"modes","max_parallel":2,"setup":"echo setting up",
         "tasks":[
         {"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]","gate":"echo gate ok"},
-        {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:b.txt]","gate":"echo gate ok"}]}"#;
+        {"id":"b","wave":1,"adapter":"claude","prompt":"b [fake-write:b.txt]","gate":"echo gate ok"},
+        {"id":"c","wave":1,"adapter":"claude","prompt":"c [fake-write:c.txt] [fake-claude:error]"}]}"#;
     let p = b.plan(plan);
     let mut run = b.harness("success");
     run.arg("run").arg(&p).args(["--supervised", "--foreground"]);
-    let out = with_umask(&mut run, 0o022).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    run.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut sup = Proc { child: with_umask(&mut run, 0o022).spawn().unwrap() };
+    // c halts and blocks the run: stopped, its worktree is kept for the operator (its folder is
+    // there to be looked at).
+    let t = std::time::Duration::from_secs(60);
+    wait_for(t, || b.try_run_id()).expect("the run registered");
+    b.wait_state("c", "halted", t);
+    b.wait_state("a", "committed", t);
+    b.wait_state("b", "committed", t);
+    let answer = control(&b.sock(), &serde_json::json!({"verb":"stop","by":"tester"}));
+    assert_eq!(answer["ok"], true, "{answer}");
+    sup.wait_exit(t);
     let run_id = b.run_id();
-    assert_eq!(b.state("a").as_deref(), Some("committed"), "{:#}", b.view()["tasks"]);
-    assert_eq!(b.state("b").as_deref(), Some("committed"), "{:#}", b.view()["tasks"]);
 
     // The API's files too: summaries, the overview cache, a /watch checkpoint.
     let mut api = harness(&b.home());
@@ -75,9 +84,11 @@ fn every_file_harness_makes_is_its_owners_only_and_the_agents_files_keep_the_uma
     let checkpoints = std::fs::read_dir(b.home().join("watch")).map(|d| d.count()).unwrap_or(0);
     assert!(checkpoints > 0, "a /watch checkpoint was written");
 
-    // The task worktrees' contents are the agent's (and git's): skipped, their folders are not.
+    // The task worktrees' contents are the agent's (and git's): skipped, their folders are not —
+    // the halted task's is kept, and `git worktree add` made it under the umask.
     let wt = b.home().join("worktrees").join(&run_id);
-    let skip: Vec<PathBuf> = ["a", "b"].iter().map(|t| wt.join(t)).collect();
+    assert!(wt.join("c/c.txt").exists(), "the halted task's worktree is kept");
+    let skip: Vec<PathBuf> = ["a", "b", "c"].iter().map(|t| wt.join(t)).collect();
     let mut found = Vec::new();
     loose(&b.home(), &skip, &mut found);
     loose(&b.repo().join("runstate"), &skip, &mut found);
@@ -94,8 +105,9 @@ fn every_file_harness_makes_is_its_owners_only_and_the_agents_files_keep_the_uma
     }
     // What the agent wrote keeps the user's umask (022: 0644), in its worktree as in the checkout
     // the run integrated it into.
-    let wrote: Vec<PathBuf> = [wt.join("a/a.txt"), b.repo().join("a.txt")].into_iter().filter(|p| p.exists()).collect();
-    assert!(!wrote.is_empty(), "the agent's a.txt is nowhere");
+    let wrote: Vec<PathBuf> =
+        [wt.join("a/a.txt"), b.repo().join("a.txt"), wt.join("c/c.txt")].into_iter().filter(|p| p.exists()).collect();
+    assert!(wrote.len() >= 2, "the agent's a.txt is nowhere: {wrote:?}");
     for f in wrote {
         assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o644, "{}", f.display());
     }
