@@ -210,8 +210,11 @@ run_engine() {
   # stdin: nothing, or the live channel (a FIFO the supervisor holds open) in interactive mode.
   # With HARNESS_STAMP (the harness binary), `harness stamp` sits between the engine's stdout and
   # the log: it appends each line and its arrival time (LOG.times), and exits with the engine's code.
+  # `env -i` comes first and execs the stamper, which the engine inherits the scoped environment
+  # from: the values (API keys, HARNESS_ENV_PASS names) are in no long-lived process's argv, which
+  # any uid can read with ps, only in environments, which only the user can.
   if [ -n "${HARNESS_STAMP:-}" ] && [ -x "$HARNESS_STAMP" ]; then
-    (cd "$CWD" && exec "$HARNESS_STAMP" stamp --log "$LOG" -- env -i "${ENV_ARGS[@]}" "$@") \
+    (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$HARNESS_STAMP" stamp --log "$LOG" -- "$@") \
       < "${INPUT:-/dev/null}" > /dev/null 2>> "$LOG.stderr" &
   else
     (cd "$CWD" && exec env -i "${ENV_ARGS[@]}" "$@") < "${INPUT:-/dev/null}" >> "$LOG" 2>> "$LOG.stderr" &

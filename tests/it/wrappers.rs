@@ -415,3 +415,55 @@ fn the_stamper_changes_no_exit_code_status_or_log_line() {
         assert_eq!(counts[0], counts[1], "{}: the lines after SIGTERM are all in the log", w.script);
     }
 }
+
+/// Every process's command line (`/proc/<pid>/cmdline`, readable by any uid) holding `needle`.
+fn command_lines_holding(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if line.contains(needle) {
+            found.push(format!("{}: {line}", e.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// The engine's credentials and the `HARNESS_ENV_PASS` names reach it through its environment
+/// (readable by its own uid only), never through a command line: with the stamper in the turn
+/// (as the supervisor runs it), no process holds their values in its argv while the engine works.
+#[test]
+fn no_passed_value_is_on_any_command_line_while_the_engine_runs() {
+    for (w, key) in WRAPPERS.iter().zip(["ANTHROPIC_API_KEY", "CURSOR_API_KEY", "OPENAI_API_KEY"]) {
+        let t = Turn::new();
+        let nonce =
+            format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+        let (secret, passed) = (format!("sk-argv-probe-{nonce}"), format!("passed-argv-probe-{nonce}"));
+        let mut c = t.cmd(w, "hang", &["--timeout", "60"]);
+        c.env("HARNESS_STAMP", bin()).env(key, &secret);
+        c.env("HARNESS_ENV_PASS", "MY_PASSED_SECRET").env("MY_PASSED_SECRET", &passed);
+        let engine_env = t.dir.path().join("engine.env");
+        c.env("HARNESS_FAKE_TOOL", format!("env > '{}'", engine_env.display()));
+        let child = c.spawn().unwrap();
+        let pgid = child.id() as i32;
+        // The wrapper, its timer, the stamper and the engine (and the engine's sleep).
+        let started = wait_for(Duration::from_secs(10), || {
+            (std::fs::metadata(t.log()).map(|m| m.len()).unwrap_or(0) > 0 && group_members(pgid).len() >= 3)
+                .then_some(())
+        });
+        assert!(started.is_some(), "{}: engine never started", w.script);
+        let seen = [command_lines_holding(&secret), command_lines_holding(&passed)].concat();
+        // SAFETY: signalling a process group this test created.
+        assert_eq!(unsafe { libc::killpg(pgid, libc::SIGTERM) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(143), "{}", w.script);
+        assert!(seen.is_empty(), "{}: a passed value is on a command line:\n{}", w.script, seen.join("\n"));
+        // They did reach the engine, by its environment.
+        let env = std::fs::read_to_string(&engine_env).unwrap_or_default();
+        assert!(env.contains(&format!("{key}={secret}")), "{}: {key} did not reach the engine", w.script);
+        assert!(env.contains(&format!("MY_PASSED_SECRET={passed}")), "{}: HARNESS_ENV_PASS", w.script);
+    }
+}
