@@ -7,6 +7,19 @@ use crate::os::home::Home;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// harness's own secrets in an environment: the API token and the NATS credentials (a relay's or a
+/// fleet API's). No step that runs code the agent may have written (a gate, `setup`) gets them;
+/// the wrappers' allowlist keeps them from the engines already.
+pub const SECRET_VARS: &[&str] = &[
+    "HARNESS_API_TOKEN",
+    "HARNESS_NATS_USER",
+    "HARNESS_NATS_PASSWORD",
+    "HARNESS_NATS_TOKEN",
+    "HARNESS_NATS_NKEY",
+    "HARNESS_NATS_CREDS",
+    "HARNESS_NATS_KEY",
+];
+
 /// The API's address when nothing else is said.
 pub const DEFAULT_API_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7878);
 

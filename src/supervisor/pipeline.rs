@@ -223,10 +223,14 @@ impl Ctx {
     }
 
     /// `sh -c CMD <marker>` for a gate or setup: `$0` names the run and task, so recovery can tell a
-    /// step of this run's from a recycled pid.
+    /// step of this run's from a recycled pid. It runs with the user's environment (a gate needs
+    /// its toolchain) less harness's own secrets: the command may be code the agent wrote.
     fn shell(&self, task: &TaskId, script: &str) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("sh");
         cmd.arg("-c").arg(script).arg(format!("{}{task}", step_marker_prefix(&self.run_id)));
+        for name in crate::config::SECRET_VARS {
+            cmd.env_remove(name);
+        }
         self.label(&mut cmd, task);
         cmd
     }

@@ -205,3 +205,42 @@ fn a_home_or_token_of_another_uid_or_a_linked_token_is_refused() {
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("symbolic link"));
 }
+
+/// harness's own secrets (the API token, the NATS credentials) stay out of `setup` and the gates,
+/// which run code the agent may have written; the user's environment otherwise reaches them (a
+/// gate needs its toolchain).
+#[test]
+fn setup_and_gates_get_the_users_environment_without_harness_secrets() {
+    let b = Bench::new();
+    let out = b.dir.path().join("env");
+    std::fs::create_dir(&out).unwrap();
+    let plan = serde_json::json!({"v":"plan/v1","slug":"envs","setup":format!("printenv > {}/setup.env", out.display()),
+        "tasks":[{"id":"a","wave":1,"adapter":"claude","prompt":"a [fake-write:a.txt]",
+                  "gate":format!("printenv > {}/gate.env", out.display())}]});
+    let secrets = [
+        "HARNESS_API_TOKEN",
+        "HARNESS_NATS_PASSWORD",
+        "HARNESS_NATS_TOKEN",
+        "HARNESS_NATS_NKEY",
+        "HARNESS_NATS_CREDS",
+        "HARNESS_NATS_USER",
+        "HARNESS_NATS_KEY",
+    ];
+    let mut run = b.harness("success");
+    run.arg("run").arg(b.plan(&plan.to_string())).args(["--supervised", "--foreground"]);
+    for k in secrets {
+        run.env(k, format!("secret-value-of-{k}"));
+    }
+    run.env("MY_TOOLCHAIN_HOME", "/opt/toolchain-kept");
+    let done = run.output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert_eq!(b.state("a").as_deref(), Some("committed"), "{:#}", b.view()["tasks"]);
+    for step in ["setup", "gate"] {
+        let env = std::fs::read_to_string(out.join(format!("{step}.env"))).unwrap();
+        for k in secrets {
+            assert!(!env.contains(k) && !env.contains("secret-value-of"), "{step} got {k}:\n{env}");
+        }
+        assert!(env.contains("MY_TOOLCHAIN_HOME=/opt/toolchain-kept"), "{step} lost the user's environment:\n{env}");
+        assert!(env.contains("HARNESS_TASK=a") && env.contains("PATH="), "{step}:\n{env}");
+    }
+}
