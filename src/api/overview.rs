@@ -187,6 +187,22 @@ impl Overview {
         row_json(s, &mut out).then_some(out)
     }
 
+    /// Every run of the home whose supervisor is alive now: its id, the supervisor's pid and the
+    /// run's liveness sidecar (its tasks' processes), up to date with the files.
+    pub fn live_supervisors(&self) -> Vec<(RunId, u32, PathBuf)> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.refresh(&mut inner);
+        inner
+            .runs
+            .iter()
+            .filter(|(_, s)| alive(s))
+            .filter_map(|(run, s)| {
+                let pid = u32::try_from(s.head.supervisor_pid?).ok()?;
+                Some((run.clone(), pid, s.head.pointer.liveness_path()))
+            })
+            .collect()
+    }
+
     /// Brings the index up to date with the files (see the module doc).
     fn refresh(&self, inner: &mut Inner) {
         if !inner.ready {

@@ -251,6 +251,12 @@ pub async fn verb(
             .map_or(timeouts::KILL_GRACE, std::time::Duration::from_millis);
     let uid = peer.map_or_else(|| "unknown".to_string(), |u| u.to_string());
     log_verb(&run, task.as_ref(), verb, &uid, &by);
+    // Placed before the run's plane is looked at: an agent of a supervised run may not send an
+    // operator's verb to any run of the home, a DynWF one's inbox included.
+    let for_pid = match operator_sender(&api, conn, verb, &run).await {
+        Ok(pid) => pid,
+        Err(detail) => return Err(refused((StatusCode::FORBIDDEN, detail), Some(by), msg).await),
+    };
     if pointer.plane == Plane::Dynwf {
         // The inbox records both ways: `queued` with the entry's id, or `refused`.
         let task2 = task.clone();
@@ -275,10 +281,7 @@ pub async fn verb(
             return Err(refused(bad, Some(asked.by), asked.msg).await);
         }
     };
-    let request = match sender_of(conn, verb).await {
-        Ok(pid) => request.relayed_for(pid).keyed(key),
-        Err(detail) => return Err(refused((StatusCode::FORBIDDEN, detail), Some(asked.by), asked.msg).await),
-    };
+    let request = request.relayed_for(for_pid).keyed(key);
     // A kill answers once the task's group is gone: the run's kill grace plus a margin.
     let budget = match verb {
         Name::Kill => kill_grace + timeouts::KILL_ANSWER_MARGIN,
@@ -367,6 +370,52 @@ async fn sender_of(conn: Conn, verb: Name) -> Result<Option<u32>, String> {
     }
     let found = tokio::task::spawn_blocking(move || conn.sender_pid()).await.unwrap_or_else(|e| Err(e.to_string()));
     found.map_err(|d| format!("{verb} refused: {d}; the operator's verbs need a sender the API can place"))
+}
+
+/// The refusal of an operator-only verb on `run` whose sender (`pid`) descends from the supervisor
+/// of **another** live run of this home: an agent of run A may not resume run B or approve its
+/// tool calls. The supervisors are child subreapers, so a task's descendants stay under theirs;
+/// the named run's own supervisor judges its own tasks (`supervisor::verbs`). Names the other run,
+/// and its task where the line of descent passes through the task's wrapper. Blocks (`/proc`).
+fn inside_another_run(overview: &super::overview::Overview, verb: Name, run: &RunId, pid: u32) -> Option<String> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let supervisors = overview.live_supervisors();
+    if supervisors.iter().all(|(r, _, _)| r == run) {
+        return None;
+    }
+    let refuse = |why: String| Some(format!("{verb} refused: {why}: the operator decides this, not an agent"));
+    // A sender whose line cannot be followed cannot be shown to be outside every run: refused.
+    let Some(chain) = crate::os::peer::ancestry(pid) else {
+        return refuse(format!("its sender (pid {pid}) cannot be placed: it is gone, or /proc does not tell"));
+    };
+    for (other, sup, live) in supervisors.iter().filter(|(r, _, _)| r != run) {
+        // Index 0 is the sender itself (a supervisor is no agent).
+        let Some(at) = chain.iter().position(|p| p == sup).filter(|at| *at > 0) else { continue };
+        let tasks = crate::state::liveness::get(live).ok().flatten().map(|l| l.tasks).unwrap_or_default();
+        let task = chain[..at].iter().find_map(|p| {
+            tasks.iter().find(|(_, t)| u32::try_from(t.pgid).ok() == Some(*p)).map(|(id, _)| (*p, id.clone()))
+        });
+        let whose = match task {
+            Some((root, t)) => format!("task {t}'s process {root}"),
+            None => "a process of that run's".to_string(),
+        };
+        return refuse(format!("it comes from inside another run, {other} (pid {pid} descends from {whose})"));
+    }
+    None
+}
+
+/// `sender_of`, then `inside_another_run`: the sender's pid to hand to the named run's supervisor,
+/// or the refusal (403).
+async fn operator_sender(api: &Arc<Api>, conn: Conn, verb: Name, run: &RunId) -> Result<Option<u32>, String> {
+    let pid = sender_of(conn, verb).await?;
+    let Some(p) = pid else { return Ok(None) };
+    let (a, r) = (api.clone(), run.clone());
+    let inside = tokio::task::spawn_blocking(move || inside_another_run(&a.durable.overview, verb, &r, p))
+        .await
+        .unwrap_or_else(|e| Some(format!("{verb} refused: its sender could not be placed ({e})")));
+    inside.map_or(Ok(pid), Err)
 }
 
 fn log_verb(run: &RunId, task: Option<&TaskId>, verb: Name, uid: &str, by: &str) {
@@ -472,7 +521,7 @@ pub async fn decide(
     }
     tracing::info!(RUN_ID = %run, TASK = task.as_str(), VERB = "decide", APPROVAL = %id, by = %by, "decision");
     let sock = api.durable.home.socket_path(&run);
-    let for_pid = match sender_of(conn, Name::Decide).await {
+    let for_pid = match operator_sender(&api, conn, Name::Decide, &run).await {
         Ok(pid) => pid,
         Err(detail) => return Err(refused((StatusCode::FORBIDDEN, detail), Some(by)).await),
     };
