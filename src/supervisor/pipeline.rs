@@ -507,19 +507,29 @@ fn rate_limited(
     let resets_at = l.resets_at.map(|t| clamp_reset(t, now));
     let when = resets_at
         .map(|(t, clamped)| {
-            let at = std::time::UNIX_EPOCH + Duration::from_secs(t);
             let note = if clamped {
-                format!("; the engine said {}, clamped to 24 h", l.resets_at.unwrap_or(t))
+                format!("; the engine said {}, clamped to 24 h", unix_time(l.resets_at.unwrap_or(t)))
             } else {
                 String::new()
             };
-            format!(" (lifts at {}{note})", humantime::format_rfc3339_seconds(at))
+            format!(" (lifts at {}{note})", unix_time(t))
         })
         .unwrap_or_default();
     match ctx.halt(id, rc, format!("rate_limited: {}{when}", l.said), session) {
         End::Halted => End::RateLimited(resets_at.map(|(t, _)| t)),
         other => other,
     }
+}
+
+/// Unix seconds as RFC 3339 (`2026-12-05T16:04:43Z`); a time past the year 9999, which RFC 3339
+/// cannot write, as its seconds, saying so.
+fn unix_time(t: u64) -> String {
+    /// 9999-12-31T23:59:59Z.
+    const LAST: u64 = 253_402_300_799;
+    if t > LAST {
+        return format!("{t} s after 1970 (past the year 9999)");
+    }
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(t)).to_string()
 }
 
 /// The longest a rate limit is waited out, whatever the engine said.
@@ -1310,6 +1320,8 @@ mod tests {
         };
         assert_eq!(clamp_reset(u64::MAX, 1_000), (1_000 + RESET_MAX_S, true));
         assert_eq!(clamp_reset(2_000, 1_000), (2_000, false));
+        assert_eq!(unix_time(1_764_950_683), "2025-12-05T16:04:43Z");
+        assert_eq!(unix_time(u64::MAX), format!("{} s after 1970 (past the year 9999)", u64::MAX));
         let masked = mask_secrets("key sk-ant-0123456789 by Jane Developer; line-two-secret", env());
         assert_eq!(masked, "key [redacted] by Jane Developer; [redacted]");
         assert_eq!(printable("a\u{1b}]0;pwned\u{7}b\u{1b}[2Jc\td"), "abc d");

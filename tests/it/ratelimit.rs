@@ -86,6 +86,12 @@ fn a_reset_centuries_ahead_is_clamped_to_a_day_and_said_so() {
     .expect("halted by the rate limit");
     let d = halted["detail"].as_str().unwrap();
     assert!(d.contains("clamped to 24 h"), "{d}");
+    // What the engine said, as a time a person reads (RFC 3339), not as Unix seconds.
+    let said = d.split_once("the engine said ").and_then(|(_, r)| r.split_once(", clamped")).map(|(t, _)| t);
+    let said = said.unwrap_or_else(|| panic!("no 'the engine said …, clamped': {d}"));
+    let said = humantime::parse_rfc3339(said).unwrap_or_else(|e| panic!("{said:?} is not RFC 3339 ({e}): {d}"));
+    let ahead = said.duration_since(std::time::SystemTime::now()).unwrap().as_secs();
+    assert!(ahead > 99_999_999_000, "the engine's own time, {ahead} s ahead: {d}");
     let paused =
         wait_for(T, || b.journal().into_iter().find(|r| r["kind"] == "run" && r["event"] == "paused")).unwrap();
     let at = humantime::parse_rfc3339_weak(paused["resume_at"].as_str().unwrap()).unwrap();
