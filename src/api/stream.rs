@@ -126,11 +126,14 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
     let mut shutdown = api.shutdown.clone();
     let start_line = after.map(|s| s.line).unwrap_or(1);
     // Finding line N of a large log scans it: on the blocking pool, never on an async worker.
+    // So is the batch of its time in the sidecar.
     let (a, log) = (api.clone(), src.logfile.clone());
-    let found = tokio::task::spawn_blocking(move || Tail::at_line(&a.index, &log, start_line))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    let mut tail = match found {
+    let found = tokio::task::spawn_blocking(move || {
+        Tail::at_line(&a.index, &log, start_line).map(|t| (t, crate::os::stamp::Times::from_line(&log, start_line)))
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    let (mut tail, mut times) = match found {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "cannot open the log");
@@ -147,7 +150,6 @@ async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sende
     let mut dropped: Option<(Seq, Seq)> = None;
     let mut end = EndWatch::new(&api, &src);
     let mut last_sent = after;
-    let mut times = crate::os::stamp::Times::of(&src.logfile);
     loop {
         let (lines, state) = match tail.read_available(8 * 1024) {
             Ok(r) => r,
@@ -424,8 +426,9 @@ pub fn events_page(api: &Api, src: &Source, after: Option<Seq>, limit: usize, cl
     let mut n = 0;
     let mut next_after = after;
     let mut more = false;
-    let mut times = crate::os::stamp::Times::of(&src.logfile);
-    match Tail::at_line(&api.index, &src.logfile, after.map(|s| s.line).unwrap_or(1)) {
+    let first = after.map(|s| s.line).unwrap_or(1);
+    let mut times = crate::os::stamp::Times::from_line(&src.logfile, first);
+    match Tail::at_line(&api.index, &src.logfile, first) {
         Ok(mut tail) => 'read: loop {
             let (lines, _) = match tail.read_available(1 << 20) {
                 Ok(r) => r,

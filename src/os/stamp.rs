@@ -121,56 +121,227 @@ pub fn run(log: &Path, cmd: &[OsString]) -> Result<i32, String> {
     Ok(status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1))
 }
 
-/// A log's line times, read from its sidecar as it grows.
+/// A log's line times, read from its sidecar as the log is read: lines asked in increasing order
+/// (a line below the last one asked is found again). It holds a bounded window of the sidecar — the
+/// last `KEEP` batches at or below the line last asked, and what the last `STEP` bytes read beyond
+/// it — never the whole file: a 1 GB log has an ~88 MB sidecar, and every stream, page and relay
+/// reads its own. A reader that starts deep in the log finds its first batch by a binary search
+/// over the sidecar's bytes.
 pub struct Times {
     path: PathBuf,
+    /// The sidecar, once it exists.
+    file: Option<std::fs::File>,
+    /// Its inode: a sidecar replaced under us is read again.
+    ino: u64,
+    /// Its length at the last `refresh`: how far `at` reads.
+    len: u64,
+    /// The next byte to read.
     offset: u64,
-    /// `(first line, count, unix ms)`, in the order written.
-    batches: Vec<(u64, u64, i64)>,
+    /// `(first line, count, unix ms)` in the order written, from `KEEP` batches at or below the
+    /// line last asked on.
+    window: std::collections::VecDeque<(u64, u64, i64)>,
+    /// A record cut by the end of what was read.
     partial: Vec<u8>,
+    /// A line longer than any record (not one of ours) is being skipped to its newline.
+    skipping: bool,
+    /// The lowest line the window answers for (the last asked, or where it was positioned).
+    floor: u64,
+}
+
+/// Batches kept at or below the line asked: the one holding it and a few before, for a stamper that
+/// died between its time and its lines (its batch is then followed by one starting at the same line).
+const KEEP: usize = 4;
+/// How much of the sidecar is read at once.
+const STEP: u64 = 16 << 10;
+/// A record is `<first> <count> <ms>`: a longer line is not one.
+const MAX_RECORD: usize = 256;
+
+/// One sidecar record (without its newline), if it is one.
+fn record(l: &[u8]) -> Option<(u64, u64, i64)> {
+    let mut f = std::str::from_utf8(l).ok()?.split(' ').map(str::parse::<i64>);
+    let (Some(Ok(first)), Some(Ok(count)), Some(Ok(ms))) = (f.next(), f.next(), f.next()) else { return None };
+    (first >= 1 && count >= 1).then_some((first as u64, count as u64, ms))
 }
 
 impl Times {
+    /// The times of `log`'s lines from its first.
     pub fn of(log: &Path) -> Times {
-        let mut t = Times { path: sidecar(log), offset: 0, batches: Vec::new(), partial: Vec::new() };
+        Times::from_line(log, 1)
+    }
+
+    /// The times of `log`'s lines from `line` on.
+    pub fn from_line(log: &Path, line: u64) -> Times {
+        let mut t = Times {
+            path: sidecar(log),
+            file: None,
+            ino: 0,
+            len: 0,
+            offset: 0,
+            window: std::collections::VecDeque::new(),
+            partial: Vec::new(),
+            skipping: false,
+            floor: line.max(1),
+        };
         t.refresh();
         t
     }
 
-    /// Reads what the sidecar gained (call after reading the log: a line's time is written first).
+    /// Notes what the sidecar gained (call after reading the log: a line's time is written first).
     pub fn refresh(&mut self) {
-        let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        if len < self.offset {
-            (self.offset, self.batches, self.partial) = (0, Vec::new(), Vec::new());
-        }
-        if len == self.offset {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = std::fs::metadata(&self.path) else {
+            // Gone (or not there yet): no times, until it is.
+            (self.file, self.len) = (None, 0);
+            self.position(self.floor);
+            return;
+        };
+        if self.file.is_some() && m.ino() == self.ino && m.len() >= self.len {
+            self.len = m.len();
             return;
         }
-        let bytes = super::tail::read_from(&self.path, self.offset, Some(len));
-        self.offset += bytes.len() as u64;
-        self.partial.extend_from_slice(&bytes);
-        let Some(end) = memchr::memrchr(b'\n', &self.partial) else { return };
-        let done: Vec<u8> = self.partial.drain(..=end).collect();
-        for l in done.split(|&b| b == b'\n') {
-            let mut f = std::str::from_utf8(l).unwrap_or("").split(' ').map(str::parse::<i64>);
-            if let (Some(Ok(first)), Some(Ok(count)), Some(Ok(ms))) = (f.next(), f.next(), f.next())
-                && first >= 1
-                && count >= 1
-            {
-                self.batches.push((first as u64, count as u64, ms));
+        // Opened, replaced or cut: found again from the floor.
+        self.file = std::fs::File::open(&self.path).ok();
+        let m = self.file.as_ref().and_then(|f| f.metadata().ok());
+        (self.ino, self.len) = m.map_or((0, 0), |m| (m.ino(), m.len()));
+        self.position(self.floor);
+    }
+
+    /// When line `line` arrived, as RFC 3339 (ms), if the sidecar says.
+    pub fn at(&mut self, line: u64) -> Option<String> {
+        if line < self.floor {
+            self.floor = line.max(1);
+            self.position(self.floor);
+        }
+        self.floor = line.max(1);
+        self.fill(line);
+        // Batches are written in line order: the last one starting at or before it, if it covers it
+        // (a few back, for a stamper that died between its time and its lines).
+        let end = self.window.partition_point(|(first, _, _)| *first <= line);
+        let gone = end.saturating_sub(KEEP);
+        self.window.drain(..gone);
+        let end = end - gone;
+        let ms = self.window.range(..end).rev().find(|(first, count, _)| line < first + count)?.2;
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).ok()?);
+        Some(humantime::format_rfc3339_millis(t).to_string())
+    }
+
+    /// How many batches are held now (what the bound is about).
+    pub fn held(&self) -> usize {
+        self.window.len()
+    }
+
+    /// `[from, to)` of the sidecar (shorter at its end, empty when it cannot be read).
+    fn read(&self, from: u64, to: u64) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let Some(f) = &self.file else { return Vec::new() };
+        let mut buf = vec![0u8; usize::try_from(to.saturating_sub(from)).unwrap_or(0)];
+        let mut got = 0;
+        while got < buf.len() {
+            match f.read_at(&mut buf[got..], from + got as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        buf.truncate(got);
+        buf
+    }
+
+    /// Reads on until the window holds a batch past `line` or the sidecar's known end, `STEP`
+    /// bytes at a time.
+    fn fill(&mut self, line: u64) {
+        while self.window.back().is_none_or(|(first, _, _)| *first <= line) && self.offset < self.len {
+            let bytes = self.read(self.offset, self.len.min(self.offset + STEP));
+            if bytes.is_empty() {
+                return;
+            }
+            self.offset += bytes.len() as u64;
+            let mut rest: &[u8] = &bytes;
+            if self.skipping {
+                let Some(nl) = memchr::memchr(b'\n', rest) else { continue };
+                (rest, self.skipping) = (&rest[nl + 1..], false);
+            }
+            while let Some(nl) = memchr::memchr(b'\n', rest) {
+                let whole;
+                let l = if self.partial.is_empty() {
+                    &rest[..nl]
+                } else {
+                    self.partial.extend_from_slice(&rest[..nl]);
+                    whole = std::mem::take(&mut self.partial);
+                    &whole[..]
+                };
+                if let Some(b) = record(l) {
+                    self.window.push_back(b);
+                }
+                rest = &rest[nl + 1..];
+            }
+            self.partial.extend_from_slice(rest);
+            if self.partial.len() > MAX_RECORD {
+                (self.partial, self.skipping) = (Vec::new(), true);
             }
         }
     }
 
-    /// When line `line` arrived, as RFC 3339 (ms), if the sidecar says.
-    pub fn at(&self, line: u64) -> Option<String> {
-        // Batches are written in line order: the last one starting at or before it, if it covers it
-        // (a few back, for a stamper that died between its time and its lines).
-        let end = self.batches.partition_point(|(first, _, _)| *first <= line);
-        let ms =
-            self.batches[end.saturating_sub(4)..end].iter().rev().find(|(first, count, _)| line < first + count)?.2;
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).ok()?);
-        Some(humantime::format_rfc3339_millis(t).to_string())
+    /// Puts the reading position `KEEP` batches before the last batch starting at or below `line`
+    /// (found by a binary search over the bytes, each probe resynced to the next record), so the
+    /// window holds every batch an answer from `line` on needs.
+    fn position(&mut self, line: u64) {
+        self.window.clear();
+        (self.partial, self.skipping) = (Vec::new(), false);
+        // `lo` is 0 or the start of a batch at or below `line`: never past what `line` needs.
+        let (mut lo, mut hi) = (0u64, self.len);
+        while hi - lo > STEP {
+            let mid = lo + (hi - lo) / 2;
+            match self.record_from(mid, hi) {
+                Some((start, first)) if first <= line => lo = start,
+                _ => hi = mid,
+            }
+        }
+        self.offset = self.back(lo);
+    }
+
+    /// The first record starting at or after `at` (and before `hi`): its offset and first line.
+    fn record_from(&self, at: u64, hi: u64) -> Option<(u64, u64)> {
+        let from = at.saturating_sub(1);
+        let buf = self.read(from, hi.min(from + STEP));
+        let mut start = memchr::memchr(b'\n', &buf)? + 1;
+        while let Some(nl) = memchr::memchr(b'\n', &buf[start..]) {
+            if let Some((first, _, _)) = record(&buf[start..start + nl]) {
+                return Some((from + start as u64, first));
+            }
+            start += nl + 1;
+        }
+        None
+    }
+
+    /// The offset of the `KEEP`th record before `lo` (a record's start, or 0), read backwards.
+    fn back(&self, lo: u64) -> u64 {
+        let (mut end, mut found) = (lo, 0);
+        while end > 0 {
+            let start = end.saturating_sub(STEP);
+            let buf = self.read(start, end);
+            let nls: Vec<usize> = memchr::memchr_iter(b'\n', &buf).collect();
+            // The records wholly in `buf`, last first: each ends at a newline and starts after the
+            // one before (or at the file's start).
+            for k in (0..nls.len()).rev() {
+                let from = match k {
+                    0 if start == 0 => 0,
+                    0 => break,
+                    _ => nls[k - 1] + 1,
+                };
+                if record(&buf[from..nls[k]]).is_some() {
+                    found += 1;
+                    if found == KEEP {
+                        return start + from as u64;
+                    }
+                }
+            }
+            // On before the first record cut by `start` (a longer line than a read is skipped).
+            end = match nls.first() {
+                Some(&nl) if start > 0 && start + (nl as u64) + 1 < end => start + nl as u64 + 1,
+                _ => start,
+            };
+        }
+        0
     }
 }
 
@@ -200,11 +371,102 @@ mod tests {
             ["sh", "-c", "printf 'a\\nb\\n'; sleep 0.3; printf 'c'; printf '\\n'; exit 3"].map(Into::into).to_vec();
         assert_eq!(run(&log, &cmd).unwrap(), 3);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "earlier 1\nearlier 2\na\nb\nc\n");
-        let t = Times::of(&log);
+        let mut t = Times::of(&log);
         assert_eq!(t.at(1), None, "lines without the stamper have no time");
         let (a, c) = (t.at(3).unwrap(), t.at(5).unwrap());
         assert_eq!(t.at(4).as_deref(), Some(a.as_str()), "one batch, one time");
         assert!(c > a, "{a} then {c}");
         assert_eq!(t.at(6), None);
+    }
+
+    /// What `Times::at` answered before it was bounded: every batch held, the last one starting at
+    /// or before the line that covers it, among the 4 before.
+    fn naive(batches: &[(u64, u64, i64)], line: u64) -> Option<String> {
+        let end = batches.partition_point(|(first, _, _)| *first <= line);
+        let ms = batches[end.saturating_sub(4)..end].iter().rev().find(|(first, count, _)| line < first + count)?.2;
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).ok()?);
+        Some(humantime::format_rfc3339_millis(t).to_string())
+    }
+
+    fn write_sidecar(log: &Path, batches: &[(u64, u64, i64)], junk_every: usize) {
+        let mut out = String::new();
+        for (i, (first, count, ms)) in batches.iter().enumerate() {
+            if junk_every > 0 && i % junk_every == 0 {
+                out.push_str(&"x".repeat(300 + i % 50_000));
+                out.push('\n');
+            }
+            out.push_str(&format!("{first} {count} {ms}\n"));
+        }
+        std::fs::write(sidecar(log), out).unwrap();
+    }
+
+    /// A sidecar of 200,000 batches (a long session's): every line's time as before, in order and
+    /// from any start, with a few thousand batches held at most, never the file.
+    #[test]
+    fn times_answer_as_before_holding_a_bounded_window() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("T.log");
+        let mut batches = Vec::new();
+        let mut line = 1u64;
+        for i in 0..200_000u64 {
+            let count = 1 + i % 3;
+            // Now and then a stamper died between its time and its lines: the batch again.
+            if i % 997 == 5 {
+                batches.push((line, count, 1_700_000_000_000 + i as i64 - 1));
+            }
+            batches.push((line, count, 1_700_000_000_000 + i as i64));
+            line += count + u64::from(i % 11 == 0);
+        }
+        write_sidecar(&log, &batches, 0);
+        let mut t = Times::of(&log);
+        let mut most = 0;
+        for l in (1..line + 3).step_by(7) {
+            assert_eq!(t.at(l), naive(&batches, l), "line {l}");
+            most = most.max(t.held());
+        }
+        assert!(most < 4_000, "held {most} batches at most");
+        for start in [1, 2, 77_777, line / 2, line - 1, line + 10] {
+            let mut t = Times::from_line(&log, start);
+            for l in start..start + 40 {
+                assert_eq!(t.at(l), naive(&batches, l), "from {start}, line {l}");
+            }
+            // Asked below where it stood: found again.
+            assert_eq!(t.at(start / 3 + 1), naive(&batches, start / 3 + 1), "back from {start}");
+        }
+    }
+
+    /// Lines that are not records (longer than any, or cut), a sidecar that grows in the middle of a
+    /// record, and one replaced by another file: the answers stay the naive ones.
+    #[test]
+    fn times_skip_junk_follow_growth_and_a_replaced_sidecar() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("T.log");
+        let batches: Vec<_> = (0..5_000u64).map(|i| (1 + 2 * i, 2, 1_000 * i as i64)).collect();
+        write_sidecar(&log, &batches, 333);
+        let mut t = Times::from_line(&log, 4_000);
+        for l in 4_000..4_100 {
+            assert_eq!(t.at(l), naive(&batches, l), "line {l}");
+        }
+        // Grown by a record written in two pieces.
+        let mut f = std::fs::OpenOptions::new().append(true).open(sidecar(&log)).unwrap();
+        std::io::Write::write_all(&mut f, b"10001 5 9").unwrap();
+        t.refresh();
+        assert_eq!(t.at(10_002), None, "a cut record is no record yet");
+        std::io::Write::write_all(&mut f, b"99\n").unwrap();
+        t.refresh();
+        let mut grown = batches.clone();
+        grown.push((10_001, 5, 999));
+        assert_eq!(t.at(10_002), naive(&grown, 10_002));
+        // Replaced by another file (renamed over): read again from where it stands.
+        let other: Vec<_> = (0..100u64).map(|i| (1 + 200 * i, 200, 7_000 * i as i64)).collect();
+        let tmp = d.path().join("new");
+        std::fs::write(&tmp, other.iter().map(|(a, b, c)| format!("{a} {b} {c}\n")).collect::<String>()).unwrap();
+        std::fs::rename(&tmp, sidecar(&log)).unwrap();
+        t.refresh();
+        assert_eq!(t.at(10_002), naive(&other, 10_002));
+        // Gone: no times.
+        std::fs::remove_file(sidecar(&log)).unwrap();
+        t.refresh();
+        assert_eq!(t.at(10_003), None);
     }
 }

@@ -467,24 +467,32 @@ impl TaskPub {
         at: &mut EventsAt,
         lines: Vec<(u64, u64, Vec<u8>)>,
     ) -> Result<(), Failed> {
-        let times = {
+        // The lines' times, read off the async workers: a bounded window of the sidecar, kept
+        // from one batch to the next (found from the first line when there is none yet).
+        let stamps = {
             let (log, held) = (self.src.logfile.clone(), self.times.take());
-            tokio::task::spawn_blocking(move || match held {
-                Some(mut t) => {
-                    t.refresh();
-                    t
-                }
-                None => crate::os::stamp::Times::of(&log),
+            let wanted: Vec<u64> = lines.iter().map(|(line, _, _)| *line).collect();
+            let (times, stamps) = tokio::task::spawn_blocking(move || {
+                let mut times = match held {
+                    Some(mut t) => {
+                        t.refresh();
+                        t
+                    }
+                    None => crate::os::stamp::Times::from_line(&log, wanted.first().copied().unwrap_or(1)),
+                };
+                let stamps: Vec<Option<String>> = wanted.into_iter().map(|l| times.at(l)).collect();
+                (times, stamps)
             })
             .await
-            .map_err(|e| Failed::Nats(e.to_string()))?
+            .map_err(|e| Failed::Nats(e.to_string()))?;
+            self.times = Some(times);
+            stamps
         };
         let (run, tname) = (self.run.to_string(), self.task.to_string());
         let w = Writer::new(&run, &tname);
         let now = crate::state::journal::now_rfc3339();
         let src = self.src.clone();
-        for (line, start, raw) in lines {
-            let stamped = times.at(line);
+        for ((line, start, raw), stamped) in lines.into_iter().zip(stamps) {
             let session = src.session.clone().or_else(|| at.session.clone());
             let ctx = Context {
                 run: &run,
@@ -518,7 +526,6 @@ impl TaskPub {
                 self.at = Some(at.clone());
             }
         }
-        self.times = Some(times);
         Ok(())
     }
 }

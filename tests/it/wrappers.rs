@@ -372,7 +372,7 @@ fn the_stamper_changes_no_exit_code_status_or_log_line() {
                 let status: Value =
                     serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
                 let lines = engine_lines(&t);
-                let times = harness::os::stamp::Times::of(&t.log());
+                let mut times = harness::os::stamp::Times::of(&t.log());
                 if stamp {
                     for (i, _) in lines.iter().enumerate() {
                         assert!(
