@@ -267,7 +267,8 @@ pub async fn handle(api: Arc<Api>, conn: Conn, req: Request<Incoming>) -> Result
     };
     let home_id = api.home_id.clone();
     let mut resp = respond(api, conn, req, &origin).await;
-    resp.headers_mut().insert("harness-home", home_id);
+    // A relayed answer keeps the home that gave it.
+    resp.headers_mut().entry("harness-home").or_insert(home_id);
     if let guard::OriginOk::Cors(o) = &origin
         && let Ok(v) = HeaderValue::from_str(o)
     {

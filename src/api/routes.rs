@@ -146,7 +146,9 @@ pub fn split_host(path: &str) -> Result<(Option<HostName>, &str), RouteError> {
     let (h, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let h = percent_decode(h).map_err(|e| RouteError::BadSegment(format!("{}: {e}", shorten(h))))?;
     let host = HostName::parse(&h)?;
-    if tail.is_empty() {
+    // One host's runs and its /watch: not the host list, nor a host inside a host.
+    let first = tail.split(['/', '?']).next().unwrap_or("");
+    if !matches!(first, "runs" | "watch") {
         return Err(RouteError::NotFound(shorten(path)));
     }
     Ok((Some(host), &path[path.len() - tail.len() - 1..]))
@@ -268,6 +270,9 @@ mod tests {
         assert_eq!(split_host("/runs").unwrap(), (None, "/runs"));
         assert!(matches!(split_host("/hosts/Bad.Host/runs"), Err(RouteError::BadId(_))));
         assert!(matches!(split_host("/hosts/a"), Err(RouteError::NotFound(_))));
+        assert!(matches!(split_host("/hosts/a/hosts"), Err(RouteError::NotFound(_))));
+        assert!(matches!(split_host("/hosts/a/hosts/b/runs"), Err(RouteError::NotFound(_))));
+        assert_eq!(split_host("/hosts/a/watch?rows=1").unwrap().1, "/watch?rows=1");
         assert_eq!(route("/hosts").unwrap(), Route::Hosts);
     }
 

@@ -126,13 +126,20 @@ pub(super) fn relay(
             file.display()
         ))
     })?;
-    let host = match host.or_else(|| setting("HARNESS_RELAY_HOST")) {
-        Some(h) => h,
-        None => nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().split('.').next().unwrap_or("").to_ascii_lowercase())
-            .map_err(|e| usage(format!("--host is needed: this machine's hostname cannot be read ({e})")))?,
+    // Where the name came from, for an error that names it.
+    let from_env = std::env::var("HARNESS_RELAY_HOST").ok().filter(|v| !v.is_empty()).is_some();
+    let (host, source) = match (host, setting("HARNESS_RELAY_HOST")) {
+        (Some(h), _) => (h, "--host".to_string()),
+        (None, Some(h)) if from_env => (h, "HARNESS_RELAY_HOST".to_string()),
+        (None, Some(h)) => (h, format!("HARNESS_RELAY_HOST in {}", file.display())),
+        (None, None) => {
+            let h = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().split('.').next().unwrap_or("").to_ascii_lowercase())
+                .map_err(|e| usage(format!("--host is needed: this machine's hostname cannot be read ({e})")))?;
+            (h, "this machine's hostname (name one with --host)".to_string())
+        }
     };
-    let host = crate::ids::HostName::parse(&host).map_err(|e| usage(format!("--host: {e}")))?;
+    let host = crate::ids::HostName::parse(&host).map_err(|e| usage(format!("{source}: {e}")))?;
     let nats = crate::fleet::Nats::new(&url, creds, replicas, &format!("harness relay {host}"))
         .map_err(usage)?
         .with_settings(settings);

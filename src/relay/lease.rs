@@ -1,8 +1,8 @@
 //! The lease on a host name (`spec/FLEET.md`): one message on `harness.lease.<host>` in a stream
 //! whose messages expire `fleet::LEASE_TTL` after they were written, each written only over the
 //! one before it (JetStream's expected-last-subject-sequence). A relay that finds a live lease of
-//! another relay is refused; a relay restarted on the same home (same instance id) takes its own
-//! over at once; a lease not renewed lapses and the name is free.
+//! another relay is refused; a relay restarted on the same home and machine (same instance id and
+//! machine name) takes its own over at once; a lease not renewed lapses and the name is free.
 
 use crate::fleet::{self};
 use crate::ids::HostName;
@@ -69,7 +69,9 @@ impl Lease {
                 Ok(m) => {
                     let other: Option<Holder> = serde_json::from_slice(&m.payload).ok();
                     match other {
-                        Some(h) if h.instance == self.holder.instance => m.sequence,
+                        // Ours: this home's relay on this machine (a home copied to another
+                        // machine carries the same instance id, and is another relay).
+                        Some(h) if h.instance == self.holder.instance && h.machine == self.holder.machine => m.sequence,
                         other => {
                             return Err(LeaseError::Held(held(&self.holder.host, other, m.time.unix_timestamp())));
                         }

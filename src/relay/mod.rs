@@ -112,6 +112,10 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
         r = &mut rpc => Err(RelayError::Failed(r.map_or_else(|e| e.to_string(), |r| r.err().unwrap_or_default()))),
         _ = &mut runs => Err(RelayError::Failed("the run scanner stopped".into())),
     };
+    match &result {
+        Ok(()) => tracing::info!(host = %opts.host, "relay: stopping (asked to)"),
+        Err(e) => tracing::warn!(host = %opts.host, error = %e, "relay: stopping"),
+    }
     let _ = tx.send(true);
     crate::os::service::notify(&[sd_notify::NotifyState::Stopping]);
     for t in [rpc.abort_handle(), beat.abort_handle(), runs.abort_handle()] {

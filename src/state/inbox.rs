@@ -78,11 +78,6 @@ pub fn append(
     // A keyed entry's id is its key's: a repeat finds the first entry (queued once, under the
     // journal's lock) and is answered with it.
     let id = key.map_or_else(|| uuid::Uuid::new_v4().to_string(), keyed_id);
-    if key.is_some()
-        && let Some(first) = queued_entry(&journal, &id)?
-    {
-        return Ok(first);
-    }
     let refuse = |e: InboxError| -> InboxError {
         let rec = crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &e.to_string());
         match crate::state::audit::on_record(&journal, rec, &e.to_string()) {
@@ -90,6 +85,11 @@ pub fn append(
             Err(u) => u.into(),
         }
     };
+    if let Some(key) = key
+        && let Some(first) = keyed_entry(&journal, key, &id, verb, task.as_ref()).map_err(&refuse)?
+    {
+        return Ok(first);
+    }
     let seat = check(p, verb, task.as_ref(), msg.as_deref()).map_err(&refuse)?;
     let entry = Entry {
         v: VERSION.into(),
@@ -124,7 +124,10 @@ pub fn append(
             None => Ok(()),
         }
     });
-    if repeat && let Some(first) = queued_entry(&journal, &id)? {
+    if repeat
+        && let Some(key) = key
+        && let Some(first) = keyed_entry(&journal, key, &id, verb, task.as_ref()).map_err(&refuse)?
+    {
         return Ok(first);
     }
     match (appended, why) {
@@ -138,7 +141,7 @@ pub fn append(
         // Queued on the record but not in the inbox: the record says it never will be taken.
         let rec = ControlRecord {
             id: Some(entry.id.clone()),
-            ..crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &format!("not queued: {e}"))
+            ..crate::state::audit::record(verb, task.clone(), msg.as_deref(), &by, &format!("{NOT_QUEUED}{e}"))
         };
         return Err(match crate::state::audit::on_record(&journal, rec, &e.to_string()) {
             Ok(()) => e,
@@ -148,6 +151,9 @@ pub fn append(
     Ok(entry)
 }
 
+/// How the refusal of an entry queued on the record but not written to the inbox begins.
+const NOT_QUEUED: &str = "not queued: ";
+
 /// The entry id of an `Idempotency-Key`: a hash, so any key makes a well-formed id.
 fn keyed_id(key: &str) -> String {
     use sha2::Digest;
@@ -156,16 +162,32 @@ fn keyed_id(key: &str) -> String {
     format!("key-{hex}")
 }
 
-/// The entry queued with `id`, as its `queued` record holds it.
-fn queued_entry(journal: &Journal, id: &str) -> Result<Option<Entry>, InboxError> {
+/// The entry first queued under `key` (its id `id`), as its `queued` record holds it — refused when
+/// the key named another request, or when that request was not queued after all.
+fn keyed_entry(
+    journal: &Journal,
+    key: &str,
+    id: &str,
+    verb: Verb,
+    task: Option<&TaskId>,
+) -> Result<Option<Entry>, InboxError> {
     if !journal.view()?.control_ids.contains_key(id) {
         return Ok(None);
     }
     let path = journal.path();
     let len = std::fs::metadata(path).map_err(io("cannot read the journal", path))?.len();
     let mut found = None;
+    let mut unqueued = false;
     crate::os::tail::each_line(path, 0, len, |raw| {
         let Ok(rec) = journal::parse_line(raw) else { return };
+        // Queued on the record but never written to the inbox (`append` says so with the id).
+        if let journal::Body::Control(c) = &rec.body
+            && c.outcome == Outcome::Refused
+            && c.id.as_deref() == Some(id)
+            && c.detail.as_deref().is_some_and(|d| d.starts_with(NOT_QUEUED))
+        {
+            unqueued = true;
+        }
         if found.is_none()
             && let journal::Body::Control(c) = &rec.body
             && c.outcome == Outcome::Queued
@@ -183,6 +205,23 @@ fn queued_entry(journal: &Journal, id: &str) -> Result<Option<Entry>, InboxError
             });
         }
     });
+    if unqueued {
+        return Err(refused(format!(
+            "Idempotency-Key {key:?}: the request first sent with it was not queued (its refusal is on the \
+             record); use a new key"
+        )));
+    }
+    if let Some(first) = &found
+        && (first.verb != verb || first.task.as_ref() != task)
+    {
+        let was = match &first.task {
+            Some(t) => format!("{} of task {t}", first.verb.as_str()),
+            None => first.verb.as_str().to_string(),
+        };
+        return Err(refused(format!(
+            "Idempotency-Key {key:?} was first used for {was}: a key names one request; use a new key"
+        )));
+    }
     Ok(found)
 }
 

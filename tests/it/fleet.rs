@@ -134,6 +134,8 @@ fn wait_equal(fleet: u16, host: u16, fleet_path: &str, host_path: &str) -> Strin
         same.then_some(h)
     });
     same.unwrap_or_else(|| {
+        let _ = std::fs::write(std::env::temp_dir().join("fleet-unequal.fleet"), &last.0);
+        let _ = std::fs::write(std::env::temp_dir().join("fleet-unequal.host"), &last.1);
         panic!(
             "{fleet_path}: the fleet's never equalled the host's:\nfleet: {} lines\nhost: {} lines",
             last.0.lines().count(),
@@ -525,6 +527,29 @@ fn a_steer_retried_with_its_idempotency_key_after_a_504_is_applied_once() {
         journal.iter().filter(|r| r["kind"] == "idempotency" && r["key"] == "k-2" && r["answer"].is_object()).count();
     assert_eq!(answered, 1, "the key and its first answer are journaled once");
     assert_eq!(steer(api1.port, "bad key", "x").status, 400, "a key with a space is refused");
+    // A key names one request: used again for another verb, refused, not answered as the first.
+    let h = [("Content-Type", "application/json"), ("Idempotency-Key", "k-2")];
+    let r = http(api1.port, "POST", &format!("/runs/{r1}/pause"), &h, Some(br#"{"by":"idem"}"#));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("was first used for steer of task A"), "{}", r.text());
+    assert!(h1.b.controls("pause").iter().all(|c| c["outcome"] == "refused"), "not paused");
+    // A line longer than the relay reads at once (600 KiB): carried whole, as the host serves it.
+    let log = h1.log("live", "A");
+    let long = format!(
+        "{{\"type\":\"stream_event\",\"event\":{{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}},\"session_id\":\"s\"}}\n",
+        "long ".repeat(120 * 1024)
+    );
+    // Its time first, as the stamper writes it (a line without one is timed when it is read).
+    let have = std::fs::read(&log).unwrap().iter().filter(|b| **b == b'\n').count();
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let mut times =
+        std::fs::OpenOptions::new().append(true).create(true).open(format!("{}.times", log.display())).unwrap();
+    times.write_all(format!("{} 1 {ms}\n", have + 1).as_bytes()).unwrap();
+    std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(long.as_bytes()).unwrap();
+    append(&log, 9_000, 3);
+    let events = format!("/runs/{r1}/tasks/A/events");
+    let both = wait_equal(fleet.port, api1.port, &events, &events);
+    assert!(both.contains(&"long ".repeat(1000)) && both.contains("w9002"), "the long line and those after it");
     // A host whose relay went silent: refused unsent, and said so.
     h1.signal_relay(libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(11));
@@ -585,6 +610,41 @@ fn a_host_name_is_leased_to_one_relay_and_a_restarted_one_takes_it_over() {
     let (code, _, err) = cli(&other.home(), &["relay", "--nats", &url, "--host", "Bad.Name"]);
     assert_eq!(code, 2);
     assert!(err.contains("DNS label"), "{err}");
+}
+
+/// Runs pruned from a home while its relay was down leave the fleet when the relay comes back,
+/// and the fleet's `/watch` cursor moves past their records.
+#[test]
+fn runs_pruned_while_the_relay_was_down_leave_the_fleet_when_it_returns() {
+    if !available() {
+        return;
+    }
+    let nats = Cluster::start(1);
+    let url = nats.url();
+    let mut h1 = Host::new("h1", &url);
+    let ids = install_fixture_runs(&h1.b.home());
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &url, &[]);
+    let listed = wait_for(T, || Some(rows(fleet.port).len()).filter(|n| *n == ids.len())).expect("every run listed");
+    h1.kill_relay();
+    let (code, out, err) = cli(&h1.b.home(), &["prune", "--finished-before", "1s", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let here = http(ApiProc::start(&h1.b.home(), &[]).port, "GET", "/runs", &[], None).json();
+    let left = here.as_array().map_or(0, Vec::len);
+    assert!(left < listed, "the prune removed runs ({listed} → {left}): {out}");
+    h1.start_relay();
+    wait_for(T, || (rows(fleet.port).len() == left).then_some(()))
+        .unwrap_or_else(|| panic!("the fleet still lists {} runs, the host {left}", rows(fleet.port).len()));
+    // A fresh /watch joins at a cursor past the pruned runs' records: nothing waits for their rows.
+    let r = http(fleet.port, "GET", "/runs", &[], None);
+    let cursor = r.header("harness-watch-cursor").unwrap_or_default().to_string();
+    let mut w = SseConn::open(fleet.port, "/watch?since=now", &[]);
+    let first = w.next().expect("the cursor at once");
+    assert_eq!(first.id.as_deref(), Some(cursor.as_str()), "a list's cursor is the stream's end");
+    let past = cursor.strip_prefix("f1.").unwrap().parse::<u64>().unwrap() + 5;
+    let r = http(fleet.port, "GET", &format!("/watch?lastEventId=f1.{past}"), &[], None);
+    assert_eq!(r.status, 400, "a cursor past the stream's end: {}", r.text());
 }
 
 /// The subject permissions `spec/FLEET.md` gives, on a real server with users and passwords (from

@@ -346,6 +346,44 @@ fn a_run_without_a_supervisor_answers_409_for_live_routes() {
     assert_eq!(r.json()["queued"]["verb"], "steer");
     let r = http(api.port, "POST", &format!("/runs/{dynwf}/tasks/D2/kill"), &[], None);
     assert_eq!(r.status, 409);
+    // A keyed verb to the inbox: queued once, a repeat answered with the first entry; the key used
+    // for another task or verb is refused, not queued as the first request again.
+    let keyed = |task: &str, verb: &str, key: &str| {
+        let h = [("Content-Type", "application/json"), ("Idempotency-Key", key)];
+        let path = match task {
+            "" => format!("/runs/{dynwf}/{verb}"),
+            _ => format!("/runs/{dynwf}/tasks/{task}/{verb}"),
+        };
+        let body: &[u8] = if verb == "steer" { br#"{"msg":"keyed"}"# } else { b"{}" };
+        http(api.port, "POST", &path, &h, Some(body))
+    };
+    let first = keyed("D2", "steer", "dyn-1");
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = keyed("D2", "steer", "dyn-1");
+    assert_eq!(again.json()["queued"]["id"], first.json()["queued"]["id"], "{}", again.text());
+    fn keyed_in_inboxes(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => keyed_in_inboxes(&e.path()),
+                _ if e.file_name().to_string_lossy().ends_with(".steer.jsonl") => {
+                    std::fs::read_to_string(e.path()).unwrap_or_default().matches("\"keyed\"").count()
+                }
+                _ => 0,
+            })
+            .sum()
+    }
+    let inbox_lines = || keyed_in_inboxes(home.path());
+    let queued = inbox_lines();
+    assert_eq!(queued, 1, "the keyed steer is in the inbox once");
+    for (task, verb) in [("D1", "steer"), ("", "pause")] {
+        let r = keyed(task, verb, "dyn-1");
+        assert_eq!(r.status, 409, "{task} {verb}: {}", r.text());
+        assert!(r.text().contains("was first used for steer of task D2"), "{}", r.text());
+    }
+    assert_eq!(inbox_lines(), queued, "nothing more queued");
 }
 
 #[test]

@@ -45,10 +45,13 @@ pub struct Index {
     journal: HashMap<Key, (u64, u64)>,
     /// How far the journal tracker has read the journal stream.
     journal_at: u64,
+    /// Runs withdrawn (pruned on their host): their journal records wait for no row.
+    dropped: std::collections::HashSet<Key>,
 }
 
 impl Index {
     fn put(&mut self, r: Row) {
+        self.dropped.remove(&r.key);
         let r = Arc::new(r);
         if let Some(old) = self.rows.insert(r.key.clone(), r.clone()) {
             self.order.remove(&(old.activity, old.key.1.clone(), old.key.0.clone()));
@@ -75,11 +78,16 @@ impl Index {
             }
         }
         self.journal.remove(key);
+        self.dropped.insert(key.clone());
     }
 
     /// A record of `key` at journal stream sequence `seq`. At start (`initial`) only each run's
     /// last record is read: a row behind it is taken to miss everything after what it covers.
     fn record(&mut self, key: Key, seq: u64, initial: bool) {
+        self.journal_at = self.journal_at.max(seq);
+        if self.dropped.contains(&key) {
+            return;
+        }
         let covered = self.rows.get(&key).map_or(0, |r| r.covers);
         let j = self.journal.entry(key).or_insert((0, 0));
         j.0 = j.0.max(seq);
@@ -183,7 +191,11 @@ async fn follow_pass(
         let m = m.map_err(|e| e.to_string())?;
         let Ok(info) = m.info() else { continue };
         let (seq, pending) = (info.stream_sequence, info.pending);
-        apply(shared, what, &m.subject, m.headers.as_ref(), &m.payload, (seq, mark.is_some()));
+        // When the stream took it, by the server's clock (not the host's: its clock may be off).
+        let stored = u64::try_from(info.published.unix_timestamp_nanos())
+            .ok()
+            .map(|ns| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns));
+        apply(shared, what, &m.subject, m.headers.as_ref(), &m.payload, (seq, mark.is_some(), stored));
         if pending == 0
             && let Some(m) = mark.take()
         {
@@ -200,7 +212,7 @@ fn apply(
     subject: &str,
     headers: Option<&async_nats::HeaderMap>,
     payload: &[u8],
-    (seq, initial): (u64, bool),
+    (seq, initial, stored): (u64, bool, Option<std::time::SystemTime>),
 ) {
     let h = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str().to_string());
     match what {
@@ -224,12 +236,14 @@ fn apply(
                 return;
             };
             let info: serde_json::Value = serde_json::from_slice(payload).unwrap_or_default();
-            let at = info
-                .get("seen")
-                .and_then(|s| s.as_str())
-                .and_then(crate::state::summary::parse_time)
-                .and_then(|ns| u64::try_from(ns).ok())
-                .map(|ns| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
+            let at = stored
+                .or_else(|| {
+                    info.get("seen")
+                        .and_then(|s| s.as_str())
+                        .and_then(crate::state::summary::parse_time)
+                        .and_then(|ns| u64::try_from(ns).ok())
+                        .map(|ns| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
+                })
                 .unwrap_or(std::time::UNIX_EPOCH);
             shared.hosts.write().unwrap_or_else(|p| p.into_inner()).insert(host, Seen { at, info });
         }
@@ -251,4 +265,23 @@ fn row_of(key: Key, payload: &[u8], covers: u64) -> Option<Row> {
         json.pop();
     }
     json.last().is_some_and(|b| *b == b'}').then_some(Row { key, json, row, activity, covers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pruned run's journal records, read after its row was withdrawn (the followers run apart),
+    /// wait for no row: the watch cursor moves on past them.
+    #[test]
+    fn a_withdrawn_runs_records_do_not_hold_the_watch_cursor() {
+        let key: Key = (HostName::parse("h1").unwrap(), RunId::parse("0123456789ab--gone").unwrap());
+        let mut index = Index::default();
+        index.record(key.clone(), 5, true);
+        assert_eq!(index.watch_cursor(), 4, "a record no row covers holds the cursor before it");
+        index.drop_run(&key);
+        assert_eq!(index.watch_cursor(), 5);
+        index.record(key, 10, true);
+        assert_eq!(index.watch_cursor(), 10, "the withdrawn run's later record holds nothing");
+    }
 }

@@ -340,7 +340,7 @@ async fn relayed(
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     // The host's own path: without the fleet's host prefix.
     let path = super::routes::split_host(path).map(|(_, p)| p).unwrap_or(path);
-    h.insert(header::PATH, path);
+    h.insert(header::PATH, without_token(path).as_str());
     for name in ["content-type", "idempotency-key"] {
         if let Some(v) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
             h.insert(name, v);
@@ -352,6 +352,14 @@ async fn relayed(
         Err(e) => return Err(rpc_error(host, route, within, e)),
     };
     Ok(relayed_answer(host, answer))
+}
+
+/// `path` without its `token=` parameter: the fleet API's token is the fleet's, not the host's, and
+/// never goes into NATS.
+fn without_token(path: &str) -> String {
+    let Some((p, q)) = path.split_once('?') else { return path.to_string() };
+    let kept: Vec<&str> = q.split('&').filter(|kv| !kv.is_empty() && kv.split('=').next() != Some("token")).collect();
+    if kept.is_empty() { p.to_string() } else { format!("{p}?{}", kept.join("&")) }
 }
 
 /// How long a relayed request may take: the host's own budget for it, plus a margin.
@@ -410,4 +418,19 @@ fn relayed_answer(host: &HostName, m: async_nats::Message) -> Response<Body> {
         r.headers_mut().insert("harness-host", v);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_fleets_token_is_not_relayed() {
+        for (path, want) in [
+            ("/runs/r/pause", "/runs/r/pause"),
+            ("/runs/r/pause?token=s3cret", "/runs/r/pause"),
+            ("/runs/r/diff?a=1&token=s3cret&b=2", "/runs/r/diff?a=1&b=2"),
+            ("/runs/r/diff?tokens=1", "/runs/r/diff?tokens=1"),
+        ] {
+            assert_eq!(super::without_token(path), want);
+        }
+    }
 }

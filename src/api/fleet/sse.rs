@@ -228,6 +228,17 @@ pub async fn watch(
     let stream = &fleet.journal;
     let present = last_sequence(stream).await?;
     let start = match (w.after, w.since_now) {
+        // A cursor past the stream's end is none this fleet gave (or its streams were made anew).
+        (Some(n), _) if n > present => {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "Last-Event-ID {} is past the fleet's journal ({}): not a cursor this fleet gave; start again without it",
+                    cursor_id(n),
+                    cursor_id(present)
+                ),
+            ));
+        }
         (Some(n), _) => n + 1,
         (None, true) => present + 1,
         (None, false) => 1,
