@@ -294,6 +294,50 @@ pub(super) fn uninstall(unit_dir: Option<&Path>) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `harness notify flush`: what the notifiers of runs no supervisor serves left undelivered.
+pub(super) fn notify_flush() -> Result<(), CliError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let home = home()?;
+    let file = home.root.join("notify.json");
+    let hooks = crate::state::notify::load(&home.root)
+        .map_err(|e| CliError::Usage(format!("{e}: fix it first, then flush")))?
+        .ok_or_else(|| CliError::Usage(format!("no {}: nothing to send to (spec/NOTIFY.md)", file.display())))?;
+    // One flush at a time: two would both send what lies after the same marks.
+    let lock_path = home.root.join("notify.flush.lock");
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600) // private, as everything in the home
+        .open(&lock_path)
+        .map_err(during(format!("opening {}", lock_path.display())))?;
+    let _lock = crate::os::flock::Flock::try_exclusive(&lock_file)
+        .map_err(during(format!("locking {}", lock_path.display())))?
+        .ok_or_else(|| CliError::Failed("another `harness notify flush` is running in this home".into()))?;
+    let (pointers, skipped) = registry::enumerate(&home).map_err(during("listing the home's runs"))?;
+    registry::log_skipped(&skipped);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(during("starting the notifier's runtime"))?;
+    let (mut sent, mut live) = (0, 0);
+    for p in pointers {
+        if std::os::unix::net::UnixStream::connect(home.socket_path(&p.run_id)).is_ok() {
+            live += 1;
+            continue;
+        }
+        let (journal, mark) = (p.journal_path(), p.notify_mark_path());
+        let f = crate::supervisor::notifier::flush(&p.run_id, &journal, &mark, &hooks);
+        if let Some(n) = rt.block_on(f).filter(|n| *n > 0) {
+            crate::term::out(&format!("{}: {n} notification(s) sent", p.run_id));
+            sent += n;
+        }
+    }
+    let served = if live > 0 { format!(" ({live} live run(s) left to their supervisors)") } else { String::new() };
+    crate::term::out(&format!("{sent} notification(s) sent{served}"));
+    Ok(())
+}
+
 /// `harness notify test`: a sample to every hook; exit 1 when one failed.
 pub(super) fn notify_test() -> Result<(), CliError> {
     let home = home()?;

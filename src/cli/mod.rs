@@ -758,6 +758,11 @@ enum SessionCmd {
 enum NotifyCmd {
     /// Send a sample notification to every hook, once each, and say how each went.
     Test,
+    /// Send what a finished run's supervisor could not (notify.json was invalid as it ended).
+    ///
+    /// Runs a supervisor still serves are left to it; each run's mark moves as its events go out,
+    /// so a flush sends nothing twice.
+    Flush,
 }
 
 /// `--plane`: the CLI's names for a run's control plane (the state type knows no CLI library).
@@ -1003,6 +1008,7 @@ fn writes_home(cmd: &Cmd) -> bool {
             | Cmd::Clean { .. }
             | Cmd::Prune { .. }
             | Cmd::Token { .. }
+            | Cmd::Notify(NotifyCmd::Flush)
             | Cmd::Session(SessionCmd::Start { .. })
     )
 }
@@ -1077,6 +1083,7 @@ fn run(cmd: Cmd, json: bool) -> Result<(), CliError> {
         }
         Cmd::Token { url } => local::token(url, json),
         Cmd::Notify(NotifyCmd::Test) => local::notify_test(),
+        Cmd::Notify(NotifyCmd::Flush) => local::notify_flush(),
         Cmd::Plan(PlanCmd::Check { plan }) => local::plan_check(&plan, json),
         Cmd::Approvals { run, all, api } => remote::approvals(&api.client()?, &run, all, json),
         Cmd::Approve { run, task, id, api } => remote::decide(&api.client()?, &run, &task, &id, true, None, json),
@@ -1106,7 +1113,8 @@ fn no_json(cmd: &Cmd) -> Option<&'static str> {
         Cmd::Top { once: false, .. } => "top (without --once)",
         Cmd::Install { .. } => "install",
         Cmd::Uninstall { .. } => "uninstall",
-        Cmd::Notify(_) => "notify test",
+        Cmd::Notify(NotifyCmd::Test) => "notify test",
+        Cmd::Notify(NotifyCmd::Flush) => "notify flush",
         Cmd::Completions { .. } => "completions",
         Cmd::Man { .. } => "man",
         Cmd::Debug(DebugCmd::Supervise { .. }) => "debug supervise",

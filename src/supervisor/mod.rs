@@ -14,7 +14,7 @@ mod idempotency;
 mod keeper;
 pub mod kill;
 mod live;
-mod notifier;
+pub mod notifier;
 mod pipeline;
 mod ratelimit;
 mod recover;

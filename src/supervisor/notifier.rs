@@ -71,7 +71,8 @@ async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, 
                 if said.take().is_some() {
                     tracing::info!(RUN_ID = %run, "notify.json is valid again: sending what was held");
                 }
-                step(&run, &journal, &mark_path, &mut mark, &h.unwrap_or_default()).await
+                step(&run, &journal, &mark_path, &mut mark, &h.unwrap_or_default()).await;
+                true
             }
             Err(e) => {
                 let e = e.to_string();
@@ -80,13 +81,17 @@ async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, 
                     said = Some(e);
                 }
                 // An ending supervisor does not wait out its drain for a file nobody is fixing.
-                drain_until.is_some()
+                if drain_until.is_some() {
+                    tracing::warn!(RUN_ID = %run, "the supervisor is ending with notify.json invalid: what it held is left on the record; once the file is fixed, `harness notify flush` sends it");
+                    return;
+                }
+                false
             }
         };
         if let Some(until) = drain_until {
             if caught_up || tokio::time::Instant::now() >= until {
                 if !caught_up {
-                    tracing::warn!(RUN_ID = %run, "the supervisor is ending: notifications not yet delivered are left");
+                    tracing::warn!(RUN_ID = %run, "the supervisor is ending: notifications not yet delivered are left; once notify.json is fixed, `harness notify flush` sends them");
                 }
                 return;
             }
@@ -100,13 +105,23 @@ async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, 
     }
 }
 
-/// Handles the journal's complete lines after the mark; true when it reached the end.
-async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, hooks: &[Hook]) -> bool {
+/// Delivers what a run's notifier left undelivered (notify.json was invalid while it ended): the
+/// journal's lines after the run's mark, as the notifier would have. Returns the events sent; `None`
+/// when the run never had a notifier (no mark: nothing was held). For a run no supervisor serves.
+pub async fn flush(run: &RunId, journal: &Path, mark_path: &Path, hooks: &[Hook]) -> Option<usize> {
+    let mut mark = std::fs::read(mark_path).ok().and_then(|b| serde_json::from_slice::<Mark>(&b).ok())?;
+    Some(step(run, journal, mark_path, &mut mark, hooks).await)
+}
+
+/// Handles the journal's complete lines after the mark (it then stands at the end); returns how
+/// many events were sent to a hook.
+async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, hooks: &[Hook]) -> usize {
     let bytes = {
         let (j, from) = (journal.to_path_buf(), mark.offset);
         tokio::task::spawn_blocking(move || crate::os::tail::read_from(&j, from, None)).await.unwrap_or_default()
     };
-    let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return true };
+    let mut sent = 0;
+    let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return sent };
     for line in bytes[..end].split(|b| *b == b'\n') {
         let line_no = mark.line + 1;
         let event =
@@ -118,6 +133,7 @@ async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, ho
         if let (Some(e), false) = (&event, wanted.is_empty()) {
             let sends = wanted.into_iter().map(|h| deliver(run.clone(), h, e.clone()));
             futures_util::future::join_all(sends).await;
+            sent += 1;
         }
         mark.line = line_no;
         mark.offset += line.len() as u64 + 1;
@@ -127,7 +143,7 @@ async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, ho
         }
     }
     save(mark_path, mark);
-    true
+    sent
 }
 
 fn save(path: &Path, mark: &Mark) {

@@ -211,6 +211,43 @@ fn an_invalid_notify_json_is_said_once_and_what_happened_meanwhile_goes_out_once
     sup.wait_exit(T);
 }
 
+/// A run that ends while notify.json is broken leaves its held events on the record; once the file
+/// is fixed, `harness notify flush` sends them — once, however often it runs.
+#[test]
+fn what_a_run_held_when_it_ended_goes_out_with_notify_flush() {
+    let b = Bench::new();
+    let (port, seen) = receiver(0);
+    std::fs::write(b.home().join("notify.json"), "{broken").unwrap();
+    let plan = json!({"v":"plan/v1","slug":"ended","tasks":[
+        {"id":"B","wave":1,"adapter":"claude","prompt":"fails [fake-claude:error]"}]});
+    let mut sup = b.start_supervised(&plan.to_string(), "success", &[]);
+    b.wait_state("B", "halted", T);
+    std::thread::sleep(Duration::from_millis(500));
+    control(&b.sock(), &json!({"verb":"stop","by":"tester"}));
+    sup.wait_exit(T);
+    assert!(
+        b.supervisor_log().contains("harness notify flush"),
+        "the ending supervisor says how: {}",
+        b.supervisor_log()
+    );
+    // Still broken: the flush refuses, naming the problem, and sends nothing.
+    let (code, _, err) = cli(&b.home(), &["notify", "flush"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("notify.json") && err.contains("fix it first"), "{err}");
+    let config = json!({"v":"notify/v1","hooks":[{"on":["task_halted","run_stopped"],"webhook":format!("http://127.0.0.1:{port}/hook")}]});
+    std::fs::write(b.home().join("notify.json"), config.to_string()).unwrap();
+    let (code, out, err) = cli(&b.home(), &["notify", "flush"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 notification(s) sent"), "{out}");
+    let kinds: Vec<String> =
+        seen.lock().unwrap().iter().map(|(_, v, _)| v["kind"].as_str().unwrap_or("").to_string()).collect();
+    assert_eq!(kinds, ["task_halted", "run_stopped"], "held, then sent in order");
+    let (code, out, _) = cli(&b.home(), &["notify", "flush"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("0 notification(s) sent"), "{out}");
+    assert_eq!(seen.lock().unwrap().len(), 2, "nothing sent twice");
+}
+
 #[test]
 fn a_webhook_url_is_never_on_a_command_line() {
     use std::io::Read;
