@@ -640,8 +640,12 @@ impl ApiArgs {
     fn client(&self) -> Result<Client, CliError> {
         let home = Home::from_env().ok();
         let chosen_tcp = self.addr.is_some() || std::env::var("HARNESS_API_ADDR").is_ok_and(|v| !v.is_empty());
-        let unix =
-            home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists() && !stale(p));
+        let unix = home.as_ref().map(|h| h.sock_dir().join("api.sock")).filter(|p| !chosen_tcp && p.exists());
+        // Judged before anything connects to it.
+        if let Some(p) = &unix {
+            not_planted(p).map_err(usage)?;
+        }
+        let unix = unix.filter(|p| !stale(p));
         let endpoint = match (unix, self.addr) {
             (Some(path), _) => crate::client::Endpoint::Unix(path),
             (None, Some(a)) => crate::client::Endpoint::Tcp(a),
@@ -671,6 +675,34 @@ pub(crate) struct FleetArgs {
     /// Replicas of the fleet's streams when this API creates them (1 on a single server).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub replicas: usize,
+}
+
+/// The home's API socket is this user's: the socket and its folder owned by this uid, the folder
+/// writable by no one else — an API another user planted in a home they made first would read every
+/// verb sent to it.
+fn not_planted(socket: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let dir = socket.parent().unwrap_or(socket);
+    for (p, what) in [(socket, "the API socket"), (dir, "its folder")] {
+        let m = std::fs::symlink_metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        if m.uid() != me {
+            return Err(format!(
+                "{what} {} is owned by uid {}, not by you (uid {me}): refusing to send it anything; use a HARNESS_HOME of your own",
+                p.display(),
+                m.uid()
+            ));
+        }
+    }
+    let mode = std::fs::metadata(dir).map(|m| m.mode()).unwrap_or(0);
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others (mode {:o}): anyone could have put the API socket there; chmod 700 it",
+            dir.display(),
+            mode & 0o777
+        ));
+    }
+    Ok(())
 }
 
 /// A socket file that refuses connections: nothing listens on it any more. (Any other failure, say

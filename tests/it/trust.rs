@@ -144,6 +144,26 @@ fn the_cli_prefers_the_apis_unix_socket_and_api_or_the_env_choose_tcp() {
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot reach the API at 127.0.0.1:7878") && !err.contains("api.sock"), "{err}");
+    // A socket folder anyone may write to: what answers there could be anyone's. Refused, naming it.
+    std::fs::remove_file(&sock).unwrap();
+    let planted = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::fs::set_permissions(&sock_dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let out = harness(home.path()).env_remove("HARNESS_API_ADDR").args(["pause", "0123456789ab--x"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("writable by others") && err.contains("sock"), "{err}");
+    std::fs::set_permissions(&sock_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    // A socket another uid owns (an API they planted in a home they made first): refused, nothing sent.
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(&sock, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        planted.set_nonblocking(true).unwrap();
+        let out =
+            harness(home.path()).env_remove("HARNESS_API_ADDR").args(["pause", "0123456789ab--x"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("owned by uid 65534") && err.contains("api.sock"), "{err}");
+        assert!(planted.accept().is_err(), "nothing connected to the planted socket");
+    }
 }
 
 /// `harness api --listen 127.0.0.1:0` with its stderr in `log`: the refusals no journal holds are
