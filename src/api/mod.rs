@@ -199,10 +199,11 @@ fn overview_query(raw: Option<&str>) -> Result<(overview::Query, Option<usize>),
             }
             "q" => q.q = Some(text(&v)?.to_lowercase()),
             "since" => q.since = Some(since(&v).map_err(|e| bad(k, e))?),
+            "host" => q.host = Some(crate::ids::HostName::parse(&v).map_err(|e| bad(k, e.to_string()))?),
             other => {
                 return Err(bad(
                     other,
-                    "unknown (known: limit, after, status, live, project, repo, branch, plane, q, since)".into(),
+                    "unknown (known: limit, after, status, live, project, repo, branch, plane, q, since, host)".into(),
                 ));
             }
         }

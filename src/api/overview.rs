@@ -42,6 +42,8 @@ pub struct Query {
     pub q: Option<String>,
     /// Activity strictly after this time (ns since the epoch).
     pub since: Option<i128>,
+    /// `host=` (a fleet's filter): a home's own rows carry no host, so none matches.
+    pub host: Option<crate::ids::HostName>,
 }
 
 /// A position in the Overview's order: `<activity ns>.<runId>` on the wire.
@@ -679,10 +681,12 @@ fn page(inner: &Inner, q: &Query) -> (Page, Vec<RunId>) {
         || q.branch.is_some()
         || q.plane.is_some()
         || q.q.is_some()
-        || q.since.is_some();
+        || q.since.is_some()
+        || q.host.is_some();
     let matches = |i: &Item| -> bool {
         let (s, p) = (&i.head, &i.head.pointer);
-        (q.status.is_empty() || q.status.contains(&s.status))
+        q.host.is_none()
+            && (q.status.is_empty() || q.status.contains(&s.status))
             && q.project.as_ref().is_none_or(|x| *x == p.project)
             && q.repo.as_ref().is_none_or(|x| *x == p.repo)
             && q.branch.as_ref().is_none_or(|x| Some(x) == p.branch.as_ref())

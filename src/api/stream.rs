@@ -119,27 +119,29 @@ pub fn sse(api: Arc<Api>, src: Source, after: Option<Seq>) -> Response<Body> {
     r
 }
 
+/// The task's log at line `line`, and its lines' times from there. Finding line N of a large log
+/// scans it: on the blocking pool, never on an async worker; so is the batch of its time in the
+/// sidecar.
+async fn open_at(api: &Arc<Api>, src: &Source, line: u64) -> Option<(Tail, crate::os::stamp::Times)> {
+    let (a, log) = (api.clone(), src.logfile.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        Tail::at_line(&a.index, &log, line).map(|t| (t, crate::os::stamp::Times::from_line(&log, line)))
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    found
+        .inspect_err(|e| {
+            tracing::warn!(RUN_ID = %src.pointer.run_id, TASK = %src.task, error = %e, "cannot open the log");
+        })
+        .ok()
+}
+
 async fn produce(api: Arc<Api>, src: Source, after: Option<Seq>, tx: mpsc::Sender<Bytes>) {
     let run = src.pointer.run_id.to_string();
     let task = src.task.to_string();
     let w = Writer::new(&run, &task);
     let mut shutdown = api.shutdown.clone();
-    let start_line = after.map(|s| s.line).unwrap_or(1);
-    // Finding line N of a large log scans it: on the blocking pool, never on an async worker.
-    // So is the batch of its time in the sidecar.
-    let (a, log) = (api.clone(), src.logfile.clone());
-    let found = tokio::task::spawn_blocking(move || {
-        Tail::at_line(&a.index, &log, start_line).map(|t| (t, crate::os::stamp::Times::from_line(&log, start_line)))
-    })
-    .await
-    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    let (mut tail, mut times) = match found {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(RUN_ID = %run, TASK = %task, error = %e, "cannot open the log");
-            return;
-        }
-    };
+    let Some((mut tail, mut times)) = open_at(&api, &src, after.map(|s| s.line).unwrap_or(1)).await else { return };
     let mut wake = api.hub.subscribe(&src.logfile);
     if tx.send(Bytes::from_static(b"retry: 2000\n\n")).await.is_err() {
         return;
