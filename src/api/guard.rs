@@ -60,13 +60,13 @@ impl Conn {
         if self.uid.is_some_and(|u| u != crate::os::peer::own_uid()) {
             return Ok(None);
         }
-        let placed = self.placed();
-        // A client the API cannot look into (an ssh tunnel's forwarder, a process that is not
-        // dumpable) is let through by the token, which an agent has only as far as SECURITY.md says.
-        match placed {
-            Err(_) if self.tokened => Ok(None),
+        // A peer in a pid namespace this process cannot see is let through by the token. A socket
+        // no process holds any more is not: its sender connected, sent and closed before it could
+        // be placed — what an agent that read the token would do to pass as the operator.
+        match self.placed() {
+            Err(_) if self.tokened && self.origin == Origin::Pid(0) => Ok(None),
             Err(why) => Err(format!(
-                "{why}; a client this API cannot look into (an ssh tunnel, say) presents the token (`harness token`)"
+                "{why}: send them from this machine's CLI or over the API's Unix socket, and keep the connection open for the answer"
             )),
             ok => ok,
         }
@@ -223,12 +223,21 @@ fn allowed_any_port(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
 
+    /// A socket no process holds (its sender sent and closed) is refused, token or not: a same-uid
+    /// agent can read the token. Only a peer in a pid namespace the API cannot see passes with it.
     #[test]
-    fn a_sender_the_api_cannot_place_passes_with_the_token_only() {
+    fn a_sender_the_api_cannot_place_is_refused_token_or_not() {
         let c = |tokened| Conn { via: Via::Tcp(1), uid: None, origin: Origin::Socket(u32::MAX), tokened };
-        let refused = c(false).sender_pid().unwrap_err();
-        assert!(refused.contains("cannot tell which process") && refused.contains("harness token"), "{refused}");
-        assert_eq!(c(true).sender_pid(), Ok(None), "an ssh tunnel presenting the token");
+        for tokened in [false, true] {
+            let refused = c(tokened).sender_pid().unwrap_err();
+            assert!(
+                refused.contains("cannot tell which process") && refused.contains("this machine's CLI"),
+                "{refused}"
+            );
+        }
+        let hidden = |tokened| Conn { origin: Origin::Pid(0), ..c(tokened) };
+        assert!(hidden(false).sender_pid().is_err());
+        assert_eq!(hidden(true).sender_pid(), Ok(None), "a pid namespace apart, with the token");
         let other = Conn { uid: Some(crate::os::peer::own_uid() + 1), ..c(false) };
         assert_eq!(other.sender_pid(), Ok(None), "another uid is no task of ours");
     }

@@ -301,3 +301,64 @@ fn a_client_that_closes_before_the_accept_is_uid_unknown_and_refused_never_taken
     drop(api);
     drop(sup);
 }
+
+/// An agent that read the token sends `resume` over TCP and closes before the API can look up who
+/// sent it: the sender cannot be placed, so the operator's verb is refused — token or not — and
+/// the run stays paused.
+#[test]
+fn an_agent_that_sends_and_closes_cannot_resume_its_run() {
+    use std::io::{BufRead, Write};
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"sendclose","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let _sup = b.start_supervised(plan, "hang", &[]);
+    b.wait_state("A", "leased", Duration::from_secs(30));
+    let paused = control(&b.sock(), &serde_json::json!({"verb":"pause","by":"operator"}));
+    assert_eq!(paused["ok"], true, "{paused}");
+    let mut child = harness(&b.home())
+        .args(["api", "--listen", "127.0.0.1:0"])
+        .env("HARNESS_API_TOKEN", "t0ken-read-by-the-agent")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+    let api = Proc { child };
+    let api_pid = nix::unistd::Pid::from_raw(api.child.id() as i32);
+    let raw = format!(
+        "POST /runs/{}/resume HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer t0ken-read-by-the-agent\r\nContent-Type: application/json\r\nContent-Length: 14\r\nConnection: close\r\n\r\n{{\"by\":\"agent\"}}",
+        b.run_id()
+    );
+    // Connected (the API accepts it and finds its uid: ours), then, while the API is stopped, it
+    // sends and closes: when the API reads the request, no process holds the client's socket.
+    let client = "import socket,sys\n\
+                  s=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n\
+                  print('connected',flush=True)\n\
+                  sys.stdin.readline()\n\
+                  s.sendall(sys.argv[2].encode())\n\
+                  s.close()";
+    let mut py = Command::new("python3")
+        .args(["-c", client, &port.to_string(), &raw])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufReader::new(py.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    assert_eq!(said.trim(), "connected");
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(api_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    wait_for(Duration::from_secs(10), || all_threads_stopped(api_pid.as_raw() as u32).then_some(())).expect("stopped");
+    py.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(py.wait().unwrap().success());
+    nix::sys::signal::kill(api_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let refused =
+        wait_for(Duration::from_secs(15), || b.controls("resume").into_iter().find(|r| r["outcome"] == "refused"))
+            .expect("the resume is refused on the record");
+    assert!(refused["detail"].as_str().unwrap_or("").contains("cannot tell which process"), "{refused}");
+    assert!(b.controls("resume").iter().all(|r| r["outcome"] == "refused"), "{:?}", b.controls("resume"));
+    let status = control(&b.sock(), &serde_json::json!({"verb":"status"}));
+    assert_eq!(status["paused"], true, "{status}");
+    drop(api);
+}
