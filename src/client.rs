@@ -116,7 +116,11 @@ impl Client {
         let timeout = crate::timeouts::CLIENT_CONNECT;
         let mut sender = match &self.endpoint {
             Endpoint::Tcp(addr) => {
-                self.handshake(tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await).await?
+                let connected = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await;
+                if let Ok(Ok(stream)) = &connected {
+                    self.listener_is_ours(stream).await?;
+                }
+                self.handshake(connected).await?
             }
             Endpoint::Unix(path) => {
                 self.handshake(tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path)).await).await?
@@ -135,6 +139,37 @@ impl Client {
                 ))
             }),
             _ => Ok(resp),
+        }
+    }
+
+    /// With a token to present, a loopback listener must be this uid's: any user may bind the API's
+    /// port while no API of ours holds it, and the token would be theirs with the first request.
+    /// The kernel's socket table says who owns the connection's other end (the listener's uid);
+    /// when it cannot tell, nothing is sent. A remote API (`--api host:port`) is the user's choice.
+    async fn listener_is_ours(&self, stream: &tokio::net::TcpStream) -> Result<(), Unreachable> {
+        let (Some(_), Ok(me), Ok(them)) = (&self.token, stream.local_addr(), stream.peer_addr()) else {
+            return Ok(());
+        };
+        if !them.ip().to_canonical().is_loopback() || !cfg!(target_os = "linux") {
+            return Ok(());
+        }
+        let mut owner = crate::os::peer::tcp_peer_uid(me, them);
+        if owner.is_none() {
+            // Its half of the connection may not be in the table yet.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            owner = crate::os::peer::tcp_peer_uid(me, them);
+        }
+        let own = crate::os::peer::own_uid();
+        let refuse = |why: String| Unreachable {
+            remedy: Some("start `harness api` for this home (it serves $HARNESS_HOME/sock/api.sock too)".into()),
+            ..self.unreachable(&why)
+        };
+        match owner {
+            Some(uid) if uid == own => Ok(()),
+            Some(uid) => Err(refuse(format!(
+                "it is served by uid {uid}, not by you (uid {own}): this home's API token is not sent to it"
+            ))),
+            None => Err(refuse("who serves it cannot be told: this home's API token is not sent to it".into())),
         }
     }
 

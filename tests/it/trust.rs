@@ -362,3 +362,56 @@ fn an_agent_that_sends_and_closes_cannot_resume_its_run() {
     assert_eq!(status["paused"], true, "{status}");
     drop(api);
 }
+
+/// Another user holds the port the CLI would reach the API on (the default 7878 while no API of ours
+/// runs, or the one `HARNESS_API_ADDR` names): the CLI does not hand it this home's token — it says
+/// who serves there and sends nothing.
+#[test]
+fn the_cli_never_sends_its_token_to_another_users_listener() {
+    use std::io::{BufRead, Read};
+    if !can_switch_uid() {
+        return;
+    }
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+        let mut probe = Command::new("setpriv");
+        probe.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", py, "-c", "pass"]);
+        probe.output().is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!("SKIPPED: needs a python3 that uid {NOBODY} may run");
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, err) = cli(home.path(), &["token"]);
+    assert_eq!(code, 0, "{err}");
+    // A listener of uid 65534 that prints everything it is sent.
+    let server = "import socket,sys\n\
+                  l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(8)\n\
+                  print(l.getsockname()[1],flush=True)\n\
+                  l.settimeout(20)\n\
+                  while True:\n\
+                  \x20   c,_=l.accept(); c.settimeout(2)\n\
+                  \x20   try:\n\
+                  \x20       d=c.recv(65536)\n\
+                  \x20   except Exception:\n\
+                  \x20       d=b''\n\
+                  \x20   sys.stdout.write(repr(d)+'\\n'); sys.stdout.flush(); c.close()";
+    let mut child = Command::new("setpriv")
+        .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", python, "-c", server])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut port = String::new();
+    out.read_line(&mut port).unwrap();
+    let listener = Proc { child };
+    let addr = format!("127.0.0.1:{}", port.trim());
+    let run = harness(home.path()).env("HARNESS_API_ADDR", &addr).args(["runs"]).output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(4), "{err}");
+    assert!(err.contains(&addr) && err.contains("served by uid 65534") && err.contains("token is not sent"), "{err}");
+    drop(listener);
+    let mut seen = String::new();
+    let _ = out.read_to_string(&mut seen);
+    assert!(!seen.to_ascii_lowercase().contains("authorization"), "the token reached the stranger: {seen}");
+    assert!(!seen.contains("GET"), "nothing was sent: {seen}");
+}
