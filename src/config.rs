@@ -20,6 +20,25 @@ pub const SECRET_VARS: &[&str] = &[
     "HARNESS_NATS_KEY",
 ];
 
+/// Harness's own secrets leave a supervisor before it starts anything: the wrappers, engines, gates,
+/// setup commands and git hooks it starts inherit none of them, and (Linux) the process is made
+/// non-dumpable, so a process of the same uid — an agent — cannot read the environment it was
+/// started with from `/proc/<pid>/environ` (which `unsetenv` does not clear). A supervisor needs
+/// none of them. Called before the supervisor's runtime starts its threads.
+pub fn forget_secrets() {
+    for name in SECRET_VARS {
+        if std::env::var_os(name).is_some() {
+            // SAFETY: called on the main thread before the supervisor's runtime (or any thread that
+            // reads the environment) is started.
+            unsafe { std::env::remove_var(name) };
+        }
+    }
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "cannot make the supervisor non-dumpable: its environment stays readable by its uid");
+    }
+}
+
 /// The API's address when nothing else is said.
 pub const DEFAULT_API_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7878);
 

@@ -318,6 +318,7 @@ fn finish_supervise(
     progress: Option<crate::progress::Progress>,
 ) -> Result<(), CliError> {
     use crate::supervisor::Ending;
+    crate::config::forget_secrets();
     let batch = opts.batch;
     let rt = tokio::runtime::Runtime::new().map_err(during("starting the supervisor's runtime"))?;
     let progress = progress.map(|p| std::sync::Arc::new(std::sync::Mutex::new(p)));

@@ -244,3 +244,32 @@ fn setup_and_gates_get_the_users_environment_without_harness_secrets() {
         assert!(env.contains("HARNESS_TASK=a") && env.contains("PATH="), "{step}:\n{env}");
     }
 }
+
+/// While a task runs, no process the supervisor started — the wrapper (the engine's parent, whose
+/// `/proc/<pid>/environ` an agent can read), the engine — holds harness's secrets, though the
+/// supervisor was started with them.
+#[test]
+fn no_process_under_the_supervisor_holds_harness_secrets() {
+    let b = Bench::new();
+    let plan = r#"{"v":"plan/v1","slug":"held","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
+    let env = [
+        ("HARNESS_API_TOKEN", "api-secret-under-the-supervisor".to_string()),
+        ("HARNESS_NATS_PASSWORD", "nats-secret-under-the-supervisor".to_string()),
+    ];
+    let sup = b.start_supervised_with(plan, "hang", &[], &env);
+    b.wait_state("A", "leased", std::time::Duration::from_secs(30));
+    // The task's engine is up (its log has its first line) before the look.
+    let log = b.repo().join("runstate/held.logs/A.log");
+    wait_for(std::time::Duration::from_secs(30), || std::fs::metadata(&log).is_ok_and(|m| m.len() > 0).then_some(()))
+        .expect("the engine started");
+    let supervisor = sup.child.id();
+    for (k, v) in &env {
+        let holders: Vec<u32> =
+            processes_with_env(&format!("{k}={v}")).into_iter().filter(|p| *p != supervisor).collect();
+        let described: Vec<String> = holders
+            .iter()
+            .map(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default().replace('\0', " "))
+            .collect();
+        assert!(holders.is_empty(), "{k} is in the environment of {described:?}");
+    }
+}
