@@ -1040,7 +1040,7 @@ fn writes_home(cmd: &Cmd) -> bool {
             | Cmd::Clean { .. }
             | Cmd::Prune { .. }
             | Cmd::Token { .. }
-            | Cmd::Notify(NotifyCmd::Flush)
+            | Cmd::Notify(NotifyCmd::Flush | NotifyCmd::Test)
             | Cmd::Session(SessionCmd::Start { .. })
     )
 }

@@ -60,15 +60,46 @@ impl Hook {
 }
 
 /// `notify.json`: `None` when there is none; an error naming every problem when it is invalid.
+/// It says which commands run (`exec` hooks): it must be this uid's, writable by no one else, not a
+/// symbolic link (opened with `O_NOFOLLOW`), and at most `MAX_CONFIG` bytes.
 pub fn load(home: &Path) -> Result<Option<Vec<Hook>>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let path = home.join("notify.json");
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(format!("{} is a symbolic link: make it a file of your own", path.display()));
+        }
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
+    let meta = file.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let me = crate::os::peer::own_uid();
+    if meta.uid() != me {
+        return Err(format!(
+            "{} is owned by uid {}, not by you (uid {me}): its exec hooks would run as you; make it yours",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by others (mode {:o}): anyone could add an exec hook; chmod 600 it",
+            path.display(),
+            meta.mode() & 0o777
+        ));
+    }
+    if !meta.is_file() || meta.len() > MAX_CONFIG {
+        return Err(format!("{} is not a file of at most {MAX_CONFIG} bytes", path.display()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     parse(&bytes).map(Some).map_err(|e| format!("{}: {e}", path.display()))
 }
+
+/// The largest `notify.json` read (a config, not data).
+const MAX_CONFIG: u64 = 1 << 20;
 
 /// Parses a `notify/v1` config; every problem is named.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Hook>, String> {

@@ -281,3 +281,42 @@ fn a_webhook_url_is_never_on_a_command_line() {
     }
     assert!(seen_curl, "the delivery's curl was looked at");
 }
+
+/// `notify.json` says which commands run: one another uid owns, one anyone may write, or a link is
+/// refused by name — `notify test` runs none of its hooks.
+#[test]
+fn a_notify_json_others_could_write_is_refused_and_runs_nothing() {
+    let b = Bench::new();
+    let ran = b.dir.path().join("ran");
+    let config = json!({"v":"notify/v1","hooks":[{"on":["run_finished"],"exec":["/bin/sh","-c",format!("id > {}", ran.display())]}]});
+    let file = b.home().join("notify.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let (code, _, err) = cli(&b.home(), &["notify", "test"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("writable by others") && err.contains("notify.json"), "{err}");
+    assert!(!ran.exists(), "a hook ran");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // A link to a file elsewhere.
+    let elsewhere = b.dir.path().join("elsewhere.json");
+    std::fs::rename(&file, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+    let (code, _, err) = cli(&b.home(), &["notify", "test"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(!ran.exists(), "a hook ran");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::rename(&elsewhere, &file).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let (code, _, err) = cli(&b.home(), &["notify", "test"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("owned by uid 65534"), "{err}");
+        assert!(!ran.exists(), "a hook ran");
+        nix::unistd::chown(&file, Some(nix::unistd::geteuid()), None).unwrap();
+    }
+    // Its own again: the hook runs.
+    let (code, out, err) = cli(&b.home(), &["notify", "test"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(ran.exists());
+}
