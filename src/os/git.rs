@@ -447,8 +447,17 @@ pub fn conflict_marked(worktree: &Path, paths: &[String]) -> Vec<String> {
     paths
         .iter()
         .filter(|p| {
-            let Ok(text) = std::fs::read(worktree.join(p)) else { return false };
-            text.split(|&b| b == b'\n').any(|l| is_marker(l, b'<') || is_marker(l, b'>'))
+            // Line by line, in bounded chunks: an agent's file may be any size.
+            let path = worktree.join(p);
+            let Ok(len) = std::fs::metadata(&path).map(|m| m.len()) else { return false };
+            let marker = |l: &[u8]| is_marker(l, b'<') || is_marker(l, b'>');
+            let mut marked = false;
+            let end = crate::os::tail::each_line(&path, 0, len, |l| marked |= marker(l));
+            // A last line without its newline.
+            if !marked && len > end && len - end <= 1 << 20 {
+                marked = marker(&crate::os::tail::read_from(&path, end, Some(len)));
+            }
+            marked
         })
         .cloned()
         .collect()
@@ -1007,8 +1016,12 @@ pub fn review_diff(worktree: &Path, base: &str) -> String {
     for f in untracked.split('\0').filter(|f| !f.is_empty()) {
         let p = worktree.join(f);
         if p.is_file() {
-            let body = std::fs::read(&p).unwrap_or_default();
-            out.push_str(&format!("\n## new file {f}\n{}\n", String::from_utf8_lossy(&body[..body.len().min(20_000)])));
+            // Its first 20,000 bytes, never the whole file (an agent's file may be any size).
+            let mut body = Vec::new();
+            if let Ok(file) = std::fs::File::open(&p) {
+                let _ = std::io::Read::read_to_end(&mut std::io::Read::take(file, 20_000), &mut body);
+            }
+            out.push_str(&format!("\n## new file {f}\n{}\n", String::from_utf8_lossy(&body)));
         }
         if out.len() > MAX {
             break;
@@ -1202,5 +1215,18 @@ mod tests {
         assert_eq!(std::fs::read_to_string(d.path().join("own.txt")).unwrap(), "own.txt\n");
         assert_eq!(conflict_marked(d.path(), &["shared.txt".into(), "own.txt".into()]), vec!["shared.txt".to_string()]);
         assert!(unmerged_paths(d.path()).is_empty(), "the index is back at HEAD");
+    }
+
+    /// Conflict markers are found line by line, however large the file, the last line without its
+    /// newline included; a line that only looks like one is not.
+    #[test]
+    fn conflict_markers_are_found_in_bounded_reads() {
+        let d = tempfile::tempdir().unwrap();
+        let big = format!("{}\n>>>>>>> theirs", "x".repeat(3 << 20));
+        std::fs::write(d.path().join("big"), big).unwrap();
+        std::fs::write(d.path().join("cut"), "a\n<<<<<<< HEAD").unwrap();
+        std::fs::write(d.path().join("clean"), "<<<<<<<<x\n>>>>>>>y\n").unwrap();
+        let all = ["big", "cut", "clean", "gone"].map(String::from);
+        assert_eq!(conflict_marked(d.path(), &all), vec!["big".to_string(), "cut".to_string()]);
     }
 }

@@ -52,9 +52,11 @@ fn read_mark(path: &Path, journal: &Path) -> Mark {
     // First start: from the end (what happened before this run had a notifier is not news). The
     // start is saved at once: a supervisor killed before its first delivery is done must leave the
     // next one a mark that still has that delivery ahead of it.
-    let bytes = std::fs::read(journal).unwrap_or_default();
-    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    let mark = Mark { line: bytes[..end].iter().filter(|b| **b == b'\n').count() as u64, offset: end as u64 };
+    // Counted line by line in bounded chunks (a journal may be large).
+    let len = std::fs::metadata(journal).map_or(0, |m| m.len());
+    let mut lines = 0u64;
+    let end = crate::os::tail::each_line(journal, 0, len, |_| lines += 1);
+    let mark = Mark { line: lines, offset: end };
     save(path, &mark);
     mark
 }
@@ -116,34 +118,63 @@ pub async fn flush(run: &RunId, journal: &Path, mark_path: &Path, hooks: &[Hook]
 /// Handles the journal's complete lines after the mark (it then stands at the end); returns how
 /// many events were sent to a hook.
 async fn step(run: &RunId, journal: &Path, mark_path: &Path, mark: &mut Mark, hooks: &[Hook]) -> usize {
-    let bytes = {
-        let (j, from) = (journal.to_path_buf(), mark.offset);
-        tokio::task::spawn_blocking(move || crate::os::tail::read_from(&j, from, None)).await.unwrap_or_default()
-    };
+    /// The journal is read this much at a time (a backlog held for days is not read at once).
+    const WINDOW: u64 = 4 << 20;
     let mut sent = 0;
-    let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return sent };
-    for line in bytes[..end].split(|b| *b == b'\n') {
-        let line_no = mark.line + 1;
-        let event =
-            crate::state::journal::parse_line(line).ok().and_then(|rec| notify::event_of(run.as_str(), line_no, &rec));
-        let wanted: Vec<Hook> = match &event {
-            Some(e) => hooks.iter().filter(|h| h.wants(e.kind)).cloned().collect(),
-            None => Vec::new(),
+    let mut window = WINDOW;
+    loop {
+        let bytes = {
+            let (j, from) = (journal.to_path_buf(), mark.offset);
+            tokio::task::spawn_blocking(move || crate::os::tail::read_from(&j, from, Some(from + window)))
+                .await
+                .unwrap_or_default()
         };
-        if let (Some(e), false) = (&event, wanted.is_empty()) {
-            let sends = wanted.into_iter().map(|h| deliver(run.clone(), h, e.clone()));
-            futures_util::future::join_all(sends).await;
-            sent += 1;
+        let full = bytes.len() as u64 == window;
+        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else {
+            // A line longer than the window (no record is): read wider, up to a bound.
+            if full && window < 16 * WINDOW {
+                window *= 2;
+                continue;
+            }
+            break;
+        };
+        window = WINDOW;
+        for line in bytes[..end].split(|b| *b == b'\n') {
+            if let Some(delivered) = handle(run, line, mark, hooks).await {
+                sent += usize::from(delivered);
+                // After an event's line the mark moves past it at once (a restart does not resend it).
+                save(mark_path, mark);
+            }
         }
-        mark.line = line_no;
-        mark.offset += line.len() as u64 + 1;
-        // After a delivered line the mark moves past it at once (a restart does not resend it).
-        if event.is_some() {
-            save(mark_path, mark);
+        if !full {
+            break;
         }
     }
     save(mark_path, mark);
     sent
+}
+
+/// One journal line: its event (if any) to the hooks that want it; the mark moves past it. `None`
+/// when the line is no event; else whether a hook wanted it.
+async fn handle(run: &RunId, line: &[u8], mark: &mut Mark, hooks: &[Hook]) -> Option<bool> {
+    let line_no = mark.line + 1;
+    let event =
+        crate::state::journal::parse_line(line).ok().and_then(|rec| notify::event_of(run.as_str(), line_no, &rec));
+    let wanted: Vec<Hook> = match &event {
+        Some(e) => hooks.iter().filter(|h| h.wants(e.kind)).cloned().collect(),
+        None => Vec::new(),
+    };
+    let sent = match (&event, wanted.is_empty()) {
+        (Some(e), false) => {
+            let sends = wanted.into_iter().map(|h| deliver(run.clone(), h, e.clone()));
+            futures_util::future::join_all(sends).await;
+            true
+        }
+        _ => false,
+    };
+    mark.line = line_no;
+    mark.offset += line.len() as u64 + 1;
+    event.map(|_| sent)
 }
 
 fn save(path: &Path, mark: &Mark) {
