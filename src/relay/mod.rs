@@ -73,7 +73,12 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
         machine: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
         home: home.id(),
     };
-    let lease = lease_when_reachable(&js, holder).await?;
+    // The lease, the heartbeat and the verbs on a connection of their own: behind the bulk of a
+    // home's first mirroring (hundreds of thousands of messages queued on the publishing
+    // connection) a renewal would wait past the lease's life and a verb past its answer time.
+    let control = opts.nats.connect().await.map_err(RelayError::Failed)?;
+    let control_js = jetstream::new(control.clone());
+    let lease = lease_when_reachable(&control_js, holder).await?;
     tracing::info!(host = %opts.host, "relay: the host name is ours");
     let (tx, rx) = watch::channel(false);
     let api = Arc::new(crate::api::Api::new(home.clone(), crate::api::Config::default(), rx.clone()));
@@ -102,8 +107,8 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
         published: std::sync::Mutex::new(published),
         max_payload: client.server_info().max_payload.max(64 * 1024),
     });
-    let mut rpc = tokio::spawn(rpc::serve(client.clone(), fleet::rpc_subject(&opts.host), api));
-    let mut beat = tokio::spawn(heartbeat(js.clone(), lease, home.clone()));
+    let mut rpc = tokio::spawn(rpc::serve(control.clone(), fleet::rpc_subject(&opts.host), api));
+    let mut beat = tokio::spawn(heartbeat(control_js.clone(), lease, home.clone()));
     let mut runs = tokio::spawn(follow_runs(home, ctx, rx));
     crate::os::service::notify(&[sd_notify::NotifyState::Ready]);
     let result = tokio::select! {
@@ -123,6 +128,7 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
     }
     // What is in flight reaches the servers before the process ends.
     let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), control.flush()).await;
     result
 }
 
