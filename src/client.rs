@@ -123,7 +123,21 @@ impl Client {
                 self.handshake(connected).await?
             }
             Endpoint::Unix(path) => {
-                self.handshake(tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path)).await).await?
+                let connected = tokio::time::timeout(timeout, tokio::net::UnixStream::connect(path)).await;
+                // Whoever answers must be this uid (the path was checked; this is what answered).
+                if let Ok(Ok(stream)) = &connected
+                    && let Ok(cred) = stream.peer_cred()
+                    && cred.uid() != crate::os::peer::own_uid()
+                {
+                    return Err(Unreachable {
+                        remedy: Some("use a HARNESS_HOME of your own".into()),
+                        ..self.unreachable(&format!(
+                            "it is served by uid {}, not by you: nothing is sent to it",
+                            cred.uid()
+                        ))
+                    });
+                }
+                self.handshake(connected).await?
             }
         };
         let resp = sender.send_request(req).await.map_err(|e| self.unreachable(&e))?;
@@ -142,12 +156,12 @@ impl Client {
         }
     }
 
-    /// With a token to present, a loopback listener must be this uid's: any user may bind the API's
-    /// port while no API of ours holds it, and the token would be theirs with the first request.
-    /// The kernel's socket table says who owns the connection's other end (the listener's uid);
-    /// when it cannot tell, nothing is sent. A remote API (`--api host:port`) is the user's choice.
+    /// A loopback listener must be this uid's: any user may bind the API's port while no API of
+    /// ours holds it, and the request (a steer's words, the token) would be theirs. The kernel's
+    /// socket table says who owns the connection's other end (the listener's uid); when it cannot
+    /// tell, nothing is sent. A remote API (`--api host:port`) is the user's choice.
     async fn listener_is_ours(&self, stream: &tokio::net::TcpStream) -> Result<(), Unreachable> {
-        let (Some(_), Ok(me), Ok(them)) = (&self.token, stream.local_addr(), stream.peer_addr()) else {
+        let (Ok(me), Ok(them)) = (stream.local_addr(), stream.peer_addr()) else {
             return Ok(());
         };
         if !them.ip().to_canonical().is_loopback() || !cfg!(target_os = "linux") {
@@ -167,9 +181,9 @@ impl Client {
         match owner {
             Some(uid) if uid == own => Ok(()),
             Some(uid) => Err(refuse(format!(
-                "it is served by uid {uid}, not by you (uid {own}): this home's API token is not sent to it"
+                "it is served by uid {uid}, not by you (uid {own}): nothing is sent to it, this home's API token least of all"
             ))),
-            None => Err(refuse("who serves it cannot be told: this home's API token is not sent to it".into())),
+            None => Err(refuse("who serves it cannot be told: nothing is sent to it".into())),
         }
     }
 

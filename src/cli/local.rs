@@ -322,15 +322,16 @@ pub(super) fn notify_flush() -> Result<(), CliError> {
         .map_err(during("starting the notifier's runtime"))?;
     let (mut sent, mut live) = (0, 0);
     for p in pointers {
-        if std::os::unix::net::UnixStream::connect(home.socket_path(&p.run_id)).is_ok() {
-            live += 1;
-            continue;
-        }
+        use crate::supervisor::notifier::Flushed;
         let (journal, mark) = (p.journal_path(), p.notify_mark_path());
         let f = crate::supervisor::notifier::flush(&p.run_id, &journal, &mark, &hooks);
-        if let Some(n) = rt.block_on(f).filter(|n| *n > 0) {
-            crate::term::out(&format!("{}: {n} notification(s) sent", p.run_id));
-            sent += n;
+        match rt.block_on(f).map_err(during(format!("flushing run {}'s notifications", p.run_id)))? {
+            Flushed::Live => live += 1,
+            Flushed::Never | Flushed::Sent(0) => {}
+            Flushed::Sent(n) => {
+                crate::term::out(&format!("{}: {n} notification(s) sent", p.run_id));
+                sent += n;
+            }
         }
     }
     let served = if live > 0 { format!(" ({live} live run(s) left to their supervisors)") } else { String::new() };

@@ -91,13 +91,20 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
             }
         }
     };
-    // Runs the stream lists whose pointer went while no relay ran (pruned): withdrawn now.
-    let here = registered(&home.runs_dir());
-    for subject in published.keys() {
-        if let Some((_, run, fleet::View::Row)) = fleet::parse_view_subject(subject)
-            && !here.contains(&run)
-        {
+    // Runs the stream lists whose pointer went while no relay ran (pruned): withdrawn now — only
+    // when the registry could be read (a failed read is no proof that every run went).
+    let mut published = published;
+    if let Ok(here) = registered_strictly(&home.runs_dir()) {
+        let gone: Vec<(String, RunId)> = published
+            .keys()
+            .filter_map(|s| match fleet::parse_view_subject(s) {
+                Some((_, run, fleet::View::Row)) if !here.contains(&run) => Some((s.clone(), run)),
+                _ => None,
+            })
+            .collect();
+        for (subject, run) in gone {
             publish::withdraw(&js, &opts.host, &run).await;
+            published.remove(&subject);
         }
     }
     let ctx = Arc::new(publish::Ctx {
@@ -255,8 +262,19 @@ async fn follow_runs(home: Home, ctx: Arc<publish::Ctx>, shutdown: watch::Receiv
 
 /// The runs whose pointer is in `runs/`.
 fn registered(runs_dir: &std::path::Path) -> std::collections::HashSet<RunId> {
-    let Ok(rd) = std::fs::read_dir(runs_dir) else { return Default::default() };
-    rd.flatten()
+    registered_strictly(runs_dir).unwrap_or_default()
+}
+
+/// `registered`, or the error that kept the registry from being read (a home with no `runs/` yet
+/// has no runs).
+fn registered_strictly(runs_dir: &std::path::Path) -> std::io::Result<std::collections::HashSet<RunId>> {
+    let rd = match std::fs::read_dir(runs_dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    };
+    Ok(rd
+        .flatten()
         .filter_map(|e| {
             let name = e.file_name();
             let name = name.to_str()?;
@@ -265,5 +283,5 @@ fn registered(runs_dir: &std::path::Path) -> std::collections::HashSet<RunId> {
             }
             RunId::parse(name.strip_suffix(".json")?).ok()
         })
-        .collect()
+        .collect())
 }

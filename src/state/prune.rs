@@ -237,6 +237,7 @@ fn run_files(home: &Home, p: &Pointer, lock_path: &Path, logs_only: bool) -> Vec
             p.inbox_path(),
             p.steer_cursor_path(),
             p.notify_mark_path(),
+            p.notify_mark_path().with_extension("lock"),
             p.usage_path(),
             home.socket_path(&p.run_id),
             crate::state::summary::path(home, &p.run_id),

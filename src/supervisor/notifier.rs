@@ -52,16 +52,40 @@ fn read_mark(path: &Path, journal: &Path) -> Mark {
     // First start: from the end (what happened before this run had a notifier is not news). The
     // start is saved at once: a supervisor killed before its first delivery is done must leave the
     // next one a mark that still has that delivery ahead of it.
-    // Counted line by line in bounded chunks (a journal may be large).
-    let len = std::fs::metadata(journal).map_or(0, |m| m.len());
-    let mut lines = 0u64;
-    let end = crate::os::tail::each_line(journal, 0, len, |_| lines += 1);
+    // Its newlines counted in bounded chunks (a journal may be large): the end of its last whole line.
+    let (mut lines, mut end, mut at) = (0u64, 0u64, 0u64);
+    if let Ok(mut f) = std::fs::File::open(journal) {
+        let mut buf = vec![0u8; 1 << 20];
+        while let Ok(n) = std::io::Read::read(&mut f, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            for i in memchr::memchr_iter(b'\n', &buf[..n]) {
+                lines += 1;
+                end = at + i as u64 + 1;
+            }
+            at += n as u64;
+        }
+    }
     let mark = Mark { line: lines, offset: end };
     save(path, &mark);
     mark
 }
 
 async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, mut stopped: watch::Receiver<bool>) {
+    // Held for the notifier's life (a `harness notify flush` running now is waited for).
+    let lock = {
+        let p = mark_path.clone();
+        tokio::task::spawn_blocking(move || mark_lock(&p).and_then(|f| crate::os::flock::Flock::exclusive(&f))).await
+    };
+    let _held = match lock {
+        Ok(Ok(l)) => Some(l),
+        Ok(Err(e)) => {
+            tracing::warn!(RUN_ID = %run, error = %e, "cannot lock the notification mark: a `harness notify flush` now could send twice");
+            None
+        }
+        Err(_) => None,
+    };
     let mut mark = read_mark(&mark_path, &journal);
     let mut drain_until: Option<tokio::time::Instant> = None;
     let mut said: Option<String> = None;
@@ -107,12 +131,32 @@ async fn serve(home: PathBuf, run: RunId, journal: PathBuf, mark_path: PathBuf, 
     }
 }
 
+/// What `flush` did for a run.
+pub enum Flushed {
+    /// A notifier serves the run now (it holds the mark's lock): left to it.
+    Live,
+    /// The run never had a notifier (no mark): nothing was held.
+    Never,
+    /// This many events went to a hook.
+    Sent(usize),
+}
+
+/// The lock a run's notifier holds for as long as it runs, and `flush` takes: one sender of a
+/// run's notifications at a time (a batch run's notifier has no socket to tell it is there).
+fn mark_lock(mark_path: &Path) -> std::io::Result<std::fs::File> {
+    crate::os::home::open_private(&mark_path.with_extension("lock"), true)
+}
+
 /// Delivers what a run's notifier left undelivered (notify.json was invalid while it ended): the
-/// journal's lines after the run's mark, as the notifier would have. Returns the events sent; `None`
-/// when the run never had a notifier (no mark: nothing was held). For a run no supervisor serves.
-pub async fn flush(run: &RunId, journal: &Path, mark_path: &Path, hooks: &[Hook]) -> Option<usize> {
-    let mut mark = std::fs::read(mark_path).ok().and_then(|b| serde_json::from_slice::<Mark>(&b).ok())?;
-    Some(step(run, journal, mark_path, &mut mark, hooks).await)
+/// journal's lines after the run's mark, as the notifier would have — unless a notifier serves the
+/// run now.
+pub async fn flush(run: &RunId, journal: &Path, mark_path: &Path, hooks: &[Hook]) -> std::io::Result<Flushed> {
+    let file = mark_lock(mark_path)?;
+    let Some(_held) = crate::os::flock::Flock::try_exclusive(&file)? else { return Ok(Flushed::Live) };
+    let Some(mut mark) = std::fs::read(mark_path).ok().and_then(|b| serde_json::from_slice::<Mark>(&b).ok()) else {
+        return Ok(Flushed::Never);
+    };
+    Ok(Flushed::Sent(step(run, journal, mark_path, &mut mark, hooks).await))
 }
 
 /// Handles the journal's complete lines after the mark (it then stands at the end); returns how

@@ -248,6 +248,34 @@ fn what_a_run_held_when_it_ended_goes_out_with_notify_flush() {
     assert_eq!(seen.lock().unwrap().len(), 2, "nothing sent twice");
 }
 
+/// A batch run (no socket) is served by its own notifier: `notify flush` leaves it alone (the
+/// notifier holds the mark's lock), so nothing goes out twice.
+#[test]
+fn notify_flush_leaves_a_live_batch_run_to_its_notifier() {
+    let b = Bench::new();
+    let (port, seen) = receiver(0);
+    let config =
+        json!({"v":"notify/v1","hooks":[{"on":["task_halted"],"webhook":format!("http://127.0.0.1:{port}/hook")}]});
+    std::fs::write(b.home().join("notify.json"), config.to_string()).unwrap();
+    let plan = json!({"v":"plan/v1","slug":"batchlive","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]});
+    let child = b
+        .harness("hang")
+        .arg("run")
+        .arg(b.plan(&plan.to_string()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _run = Proc { child };
+    wait_for(T, || b.try_run_id()).expect("registered");
+    b.wait_state("A", "leased", T);
+    // The notifier took its lock when it started (before the task was leased).
+    let (code, out, err) = cli(&b.home(), &["notify", "flush"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("0 notification(s) sent (1 live run(s) left to their supervisors)"), "{out}");
+    assert!(seen.lock().unwrap().is_empty());
+}
+
 #[test]
 fn a_webhook_url_is_never_on_a_command_line() {
     use std::io::Read;

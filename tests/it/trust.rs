@@ -381,8 +381,6 @@ fn the_cli_never_sends_its_token_to_another_users_listener() {
         return;
     };
     let home = tempfile::tempdir().unwrap();
-    let (code, _, err) = cli(home.path(), &["token"]);
-    assert_eq!(code, 0, "{err}");
     // A listener of uid 65534 that prints everything it is sent.
     let server = "import socket,sys\n\
                   l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(8)\n\
@@ -405,13 +403,27 @@ fn the_cli_never_sends_its_token_to_another_users_listener() {
     out.read_line(&mut port).unwrap();
     let listener = Proc { child };
     let addr = format!("127.0.0.1:{}", port.trim());
+    // Without a token (none made yet) a steer's words are no less private; with one, the token.
+    let steer = harness(home.path())
+        .env("HARNESS_API_ADDR", &addr)
+        .args(["steer", "0123456789ab--x", "A", "private words"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&steer.stderr);
+    assert_eq!(steer.status.code(), Some(4), "{err}");
+    assert!(err.contains("served by uid 65534") && err.contains("nothing is sent"), "{err}");
+    let (code, _, err) = cli(home.path(), &["token"]);
+    assert_eq!(code, 0, "{err}");
     let run = harness(home.path()).env("HARNESS_API_ADDR", &addr).args(["runs"]).output().unwrap();
     let err = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(4), "{err}");
-    assert!(err.contains(&addr) && err.contains("served by uid 65534") && err.contains("token is not sent"), "{err}");
+    assert!(err.contains(&addr) && err.contains("served by uid 65534") && err.contains("nothing is sent"), "{err}");
     drop(listener);
     let mut seen = String::new();
     let _ = out.read_to_string(&mut seen);
     assert!(!seen.to_ascii_lowercase().contains("authorization"), "the token reached the stranger: {seen}");
-    assert!(!seen.contains("GET"), "nothing was sent: {seen}");
+    assert!(
+        !seen.contains("GET") && !seen.contains("POST") && !seen.contains("private words"),
+        "nothing was sent: {seen}"
+    );
 }
