@@ -320,15 +320,20 @@ pub(super) fn notify_flush() -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(during("starting the notifier's runtime"))?;
-    let (mut sent, mut live) = (0, 0);
+    let (mut sent, mut live, mut failed) = (0, 0, 0);
     for p in pointers {
         use crate::supervisor::notifier::Flushed;
         let (journal, mark) = (p.journal_path(), p.notify_mark_path());
         let f = crate::supervisor::notifier::flush(&p.run_id, &journal, &mark, &hooks);
-        match rt.block_on(f).map_err(during(format!("flushing run {}'s notifications", p.run_id)))? {
-            Flushed::Live => live += 1,
-            Flushed::Never | Flushed::Sent(0) => {}
-            Flushed::Sent(n) => {
+        match rt.block_on(f) {
+            Err(e) => {
+                // One run's files not there (its checkout moved, say) stops no other run's flush.
+                eprintln!("harness: run {}: cannot flush its notifications: {e}", p.run_id);
+                failed += 1;
+            }
+            Ok(Flushed::Live) => live += 1,
+            Ok(Flushed::Never | Flushed::Sent(0)) => {}
+            Ok(Flushed::Sent(n)) => {
                 crate::term::out(&format!("{}: {n} notification(s) sent", p.run_id));
                 sent += n;
             }
@@ -336,6 +341,9 @@ pub(super) fn notify_flush() -> Result<(), CliError> {
     }
     let served = if live > 0 { format!(" ({live} live run(s) left to their supervisors)") } else { String::new() };
     crate::term::out(&format!("{sent} notification(s) sent{served}"));
+    if failed > 0 {
+        return Err(CliError::Failed(format!("{failed} run(s) could not be flushed (above)")));
+    }
     Ok(())
 }
 

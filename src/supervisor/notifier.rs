@@ -151,6 +151,10 @@ fn mark_lock(mark_path: &Path) -> std::io::Result<std::fs::File> {
 /// journal's lines after the run's mark, as the notifier would have — unless a notifier serves the
 /// run now.
 pub async fn flush(run: &RunId, journal: &Path, mark_path: &Path, hooks: &[Hook]) -> std::io::Result<Flushed> {
+    // No mark, nothing held (and no lock file made beside a run that never had a notifier).
+    if !mark_path.exists() {
+        return Ok(Flushed::Never);
+    }
     let file = mark_lock(mark_path)?;
     let Some(_held) = crate::os::flock::Flock::try_exclusive(&file)? else { return Ok(Flushed::Live) };
     let Some(mut mark) = std::fs::read(mark_path).ok().and_then(|b| serde_json::from_slice::<Mark>(&b).ok()) else {
