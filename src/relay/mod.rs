@@ -63,6 +63,14 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
         )));
     };
     let instance = instance(&home)?;
+    // A relay follows every run's files (its journal, each task's log): thousands of descriptors in
+    // a busy home. The soft limit is raised to the hard one (1024 is a common soft default).
+    if let Ok((soft, hard)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(error = %e, soft, hard, "cannot raise the open-files limit");
+    }
     let client = opts.nats.connect().await.map_err(RelayError::Failed)?;
     let js = jetstream::new(client.clone());
     fleet::streams_ready(&js, opts.nats.replicas).await.map_err(RelayError::Failed)?;
@@ -238,7 +246,18 @@ async fn follow_runs(home: Home, ctx: Arc<publish::Ctx>, shutdown: watch::Receiv
             return;
         }
         let dir = runs_dir.clone();
-        let now = tokio::task::spawn_blocking(move || registered(&dir)).await.unwrap_or_default();
+        // A registry that cannot be read now (too many open files, say) is no proof that every run
+        // went: the runs followed stay followed — else each would be withdrawn from the fleet and
+        // published again a moment later.
+        let now = match tokio::task::spawn_blocking(move || registered_strictly(&dir)).await {
+            Ok(Ok(now)) => now,
+            other => {
+                let e = other.map_or_else(|e| e.to_string(), |r| r.err().map(|e| e.to_string()).unwrap_or_default());
+                tracing::warn!(error = %e, dir = %runs_dir.display(), "cannot read the registry: trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         for run in &now {
             if !followed.contains_key(run) {
                 let (tx, rx) = watch::channel(false);
@@ -260,13 +279,8 @@ async fn follow_runs(home: Home, ctx: Arc<publish::Ctx>, shutdown: watch::Receiv
     }
 }
 
-/// The runs whose pointer is in `runs/`.
-fn registered(runs_dir: &std::path::Path) -> std::collections::HashSet<RunId> {
-    registered_strictly(runs_dir).unwrap_or_default()
-}
-
-/// `registered`, or the error that kept the registry from being read (a home with no `runs/` yet
-/// has no runs).
+/// The runs whose pointer is in `runs/`, or the error that kept the registry from being read (a
+/// home with no `runs/` yet has no runs).
 fn registered_strictly(runs_dir: &std::path::Path) -> std::io::Result<std::collections::HashSet<RunId>> {
     let rd = match std::fs::read_dir(runs_dir) {
         Ok(rd) => rd,
