@@ -506,7 +506,15 @@ fn prune_never_touches_a_live_run() {
         assert_eq!(code, 0, "{err}");
         serde_json::from_str::<Value>(&out).unwrap()["tasks"]["H"]["state"].as_str().map(str::to_string)
     };
-    let live_files = tree(&b.repo().join("runstate"));
+    // The live run's files, not the moment's atomic-write temporaries (`.<name>.<pid>.<n>.tmp`, renamed
+    // over their file a moment later by the supervisor, not by prune).
+    let live_files: Vec<_> = tree(&b.repo().join("runstate"))
+        .into_iter()
+        .filter(|(p, _, _)| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            !(name.starts_with('.') && name.ends_with(".tmp"))
+        })
+        .collect();
     assert!(live_files.len() >= 3, "{live_files:?}");
     // Every finished run, however recent: the live one is not over, so it is never selected.
     let (code, out, err) = cli(&b.home(), &["prune", "--finished-before", "1s"]);
