@@ -29,6 +29,19 @@ fn as_nobody(port: u16, method: &str, path: &str, headers: &[&str]) -> (u16, Str
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
+/// A python3 uid 65534 may run (a shim under /root is not one); `None`, said, when there is none.
+fn nobody_python() -> Option<&'static str> {
+    let found = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+        let mut probe = Command::new("setpriv");
+        probe.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", py, "-c", "pass"]);
+        probe.output().is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: needs a python3 that uid {NOBODY} may run");
+    }
+    found
+}
+
 fn can_switch_uid() -> bool {
     let root = nix::unistd::geteuid().is_root();
     let tools = ["setpriv", "curl"].iter().all(|t| Command::new(t).arg("--version").output().is_ok());
@@ -216,15 +229,7 @@ fn a_client_that_closes_before_the_accept_is_uid_unknown_and_refused_never_taken
     if !can_switch_uid() {
         return;
     }
-    // A python3 uid 65534 may run (a shim under /root is not one).
-    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
-        let mut probe = Command::new("setpriv");
-        probe.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", py, "-c", "pass"]);
-        probe.output().is_ok_and(|o| o.status.success())
-    }) else {
-        eprintln!("SKIPPED: needs a python3 that uid {NOBODY} may run");
-        return;
-    };
+    let Some(python) = nobody_python() else { return };
     let b = Bench::new();
     let plan = r#"{"v":"plan/v1","slug":"orphans","tasks":[{"id":"A","wave":1,"adapter":"claude","prompt":"a"}]}"#;
     let sup = b.start_supervised(plan, "hang", &[]);
@@ -372,14 +377,7 @@ fn the_cli_never_sends_its_token_to_another_users_listener() {
     if !can_switch_uid() {
         return;
     }
-    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
-        let mut probe = Command::new("setpriv");
-        probe.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", py, "-c", "pass"]);
-        probe.output().is_ok_and(|o| o.status.success())
-    }) else {
-        eprintln!("SKIPPED: needs a python3 that uid {NOBODY} may run");
-        return;
-    };
+    let Some(python) = nobody_python() else { return };
     let home = tempfile::tempdir().unwrap();
     // A listener of uid 65534 that prints everything it is sent.
     let server = "import socket,sys\n\

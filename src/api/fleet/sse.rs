@@ -126,11 +126,7 @@ async fn produce(
     loop {
         tokio::select! {
             m = msgs.next() => {
-                let m = match m {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err("the consumer ended".into()),
-                };
+                let m = delivered(m)?;
                 pending = m.info().map(|i| i.pending).unwrap_or(0);
                 let Some(seq) = m.headers.as_ref().and_then(seq_of) else { continue };
                 if after.is_some_and(|a| seq <= a) {
@@ -217,6 +213,17 @@ fn watch_query(req: &Request<ReqBody>) -> Result<WatchQuery, Response<Body>> {
     Ok(w)
 }
 
+/// A consumer's next message, or why there is none (the caller's client resumes with its last id).
+fn delivered(
+    m: Option<Result<async_nats::jetstream::Message, consumer::pull::OrderedError>>,
+) -> Result<async_nats::jetstream::Message, String> {
+    match m {
+        Some(Ok(m)) => Ok(m),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err("the consumer ended".into()),
+    }
+}
+
 /// `GET /watch` of the fleet.
 pub async fn watch(
     api: Arc<Api>,
@@ -286,11 +293,7 @@ async fn follow_journal(
     loop {
         tokio::select! {
             m = msgs.next() => {
-                let m = match m {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err("the consumer ended".into()),
-                };
+                let m = delivered(m)?;
                 let Ok(info) = m.info() else { continue };
                 let (seq, pending) = (info.stream_sequence, info.pending);
                 let Some((host, run)) = fleet::parse_journal_subject(&m.subject) else { continue };
