@@ -10,6 +10,8 @@
 //! 4. the relay's and the fleet API's peak RSS.
 //!
 //! Run: `cargo bench --bench fleet` (needs nats-server). Figures printed; nothing asserted.
+//! `cargo bench --bench fleet -- pages` runs part 3 alone; `HARNESS_BENCH_RUNS` and
+//! `HARNESS_BENCH_HOSTS` change its scale (10,000 and 5 by default).
 
 mod support;
 
@@ -397,12 +399,50 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// A count from the environment (to try the page bench at another scale), else `default`.
+fn scale(var: &str, default: usize) -> usize {
+    std::env::var(var).ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(default)
+}
+
 fn pages(dir: &Path, url: &str) {
-    const RUNS: usize = 10_000;
-    const HOSTS: usize = 5;
-    // The local baseline: one home of 10,000 runs.
+    let runs = scale("HARNESS_BENCH_RUNS", 10_000);
+    let hosts = scale("HARNESS_BENCH_HOSTS", 5);
+    // The local baseline: one home of all the runs.
     let local_home = dir.join("page-local");
-    fill_home(dir, &local_home, RUNS, "local", None);
+    fill_home(dir, &local_home, runs, "local", None);
+    // The fleet: the same runs over the hosts, each host with its relay.
+    let mut relays = Vec::new();
+    for h in 0..hosts {
+        let home = dir.join(format!("page-h{h}"));
+        fill_home(dir, &home, runs / hosts, &format!("h{h}"), None);
+        relays.push(relay(&home, url, &format!("h{h}"), None));
+    }
+    let t = Instant::now();
+    let probe = fleet_api(dir, url);
+    let mut said = Instant::now();
+    support::common::wait_for(Duration::from_secs(1800), || {
+        let n = total(probe.port);
+        if said.elapsed() >= Duration::from_secs(30) {
+            said = Instant::now();
+            println!("   ({:.0} s: the fleet lists {n:?} of {runs} runs)", t.elapsed().as_secs_f64());
+        }
+        (n == Some(runs)).then_some(())
+    })
+    .expect("the fleet lists every run");
+    println!(
+        "   ({hosts} relays mirrored {runs} runs x 50 records and their views in {:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    // Measured once the relays are done: every host's heartbeat fresh again.
+    support::common::wait_for(Duration::from_secs(600), || {
+        let h = support::common::http(probe.port, "GET", "/hosts", &[], None).json();
+        let list = h["hosts"].as_array().cloned().unwrap_or_default();
+        let h_len = list.len();
+        (h_len == hosts && list.iter().all(|h| h["online"] == true)).then_some(())
+    })
+    .expect("every host online");
+    drop(probe);
+    // Both APIs measured on the same machine load: the relays idle beside them.
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for round in 0..4 {
         let api = ApiProc::start(&local_home, &[]);
@@ -415,26 +455,6 @@ fn pages(dir: &Path, url: &str) {
         }
     }
     let (local_cold, local_warm) = (median(cold), median(warm));
-    // The fleet: 5 hosts of 2,000 runs, each with its relay.
-    let mut relays = Vec::new();
-    for h in 0..HOSTS {
-        let home = dir.join(format!("page-h{h}"));
-        fill_home(dir, &home, RUNS / HOSTS, &format!("h{h}"), None);
-        relays.push(relay(&home, url, &format!("h{h}"), None));
-    }
-    let t = Instant::now();
-    let probe = fleet_api(dir, url);
-    support::common::wait_for(Duration::from_secs(1800), || (total(probe.port) == Some(RUNS)).then_some(()))
-        .expect("the fleet lists every run");
-    println!("   (5 relays mirrored 10,000 runs x 50 records and their views in {:.1} s)", t.elapsed().as_secs_f64());
-    // Measured once the relays are done: every host's heartbeat fresh again.
-    support::common::wait_for(Duration::from_secs(600), || {
-        let h = support::common::http(probe.port, "GET", "/hosts", &[], None).json();
-        let hosts = h["hosts"].as_array().cloned().unwrap_or_default();
-        (hosts.len() == HOSTS && hosts.iter().all(|h| h["online"] == true)).then_some(())
-    })
-    .expect("every host online");
-    drop(probe);
     let (mut cold, mut warm, mut rss) = (Vec::new(), Vec::new(), 0);
     for _ in 0..3 {
         let api = fleet_api(dir, url);
@@ -446,19 +466,20 @@ fn pages(dir: &Path, url: &str) {
     }
     let (fleet_cold, fleet_warm) = (median(cold), median(warm));
     let relay_rss = relays.iter().map(|r| status_kb(r.child.id(), "VmHWM:")).max().unwrap_or(0);
-    println!("3. GET /runs?limit=100 at 10,000 runs:");
+    println!("3. GET /runs?limit=100 at {runs} runs:");
     println!("   local API (one home):   cold {:.1} ms, warm {:.2} ms", ms(local_cold), ms(local_warm));
     println!(
-        "   fleet API (5 hosts):    cold {:.1} ms, warm {:.2} ms   [ratio cold {:.2}x, warm {:.2}x; goal <= 2x local]",
+        "   fleet API ({hosts} hosts):    cold {:.1} ms, warm {:.2} ms   [ratio cold {:.2}x, warm {:.2}x; goal <= 2x local]",
         ms(fleet_cold),
         ms(fleet_warm),
         fleet_cold.as_secs_f64() / local_cold.as_secs_f64(),
         fleet_warm.as_secs_f64() / local_warm.as_secs_f64()
     );
     println!(
-        "4. peak RSS: fleet API {:.1} MB (10,000 rows held), relay {:.1} MB (2,000 runs)",
+        "4. peak RSS: fleet API {:.1} MB ({runs} rows held), relay {:.1} MB ({} runs)",
         rss as f64 / 1024.0,
-        relay_rss as f64 / 1024.0
+        relay_rss as f64 / 1024.0,
+        runs / hosts
     );
 }
 

@@ -540,6 +540,11 @@ pub struct RunRow {
     pub host_seen: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_online: Option<bool>,
+    /// Why the fleet stopped mirroring the run's journal (added with the fleet: its relay found
+    /// the host's journal replaced under the run id); the fleet's journal and `/watch` end at the
+    /// last line it had, while the view itself is the host's file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_stopped: Option<String>,
 }
 
 fn unknown_supervisor() -> Supervisor {
@@ -572,6 +577,11 @@ pub struct RunDetail {
     pub host_seen: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_online: Option<bool>,
+    /// Why the fleet stopped mirroring the run's journal (added with the fleet: its relay found
+    /// the host's journal replaced under the run id); the fleet's journal and `/watch` end at the
+    /// last line it had, while the view itself is the host's file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_stopped: Option<String>,
 }
 
 impl RunDetail {

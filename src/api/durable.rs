@@ -182,6 +182,7 @@ impl Durable {
             host: None,
             host_seen: None,
             host_online: None,
+            mirror_stopped: None,
             plan: views::PlanView { waves },
             unplanned_tasks: unplanned,
             pending_steers: v.pending_steers.len() as u64,
@@ -271,7 +272,14 @@ impl Durable {
         facts.session_id =
             journaled.and_then(|j| j.session_id.clone()).or_else(|| live_rec.and_then(|l| l.session_id.clone()));
         facts.worktree = self.worktree(run, task);
-        let attempt = crate::os::worktree::attempts(&files.git_dir(), run, task).pop().map(|(_, sha)| sha);
+        // The latest kept attempt (a git call) matters only to a task that ran and is neither
+        // committed nor skipped (see `task_commit`).
+        let attempt = files
+            .view
+            .tasks
+            .get(task)
+            .filter(|t| !matches!(t.state, TaskState::Committed | TaskState::Skipped))
+            .and_then(|_| crate::os::worktree::attempts(&files.git_dir(), run, task).pop().map(|(_, sha)| sha));
         facts.commit = self.task_commit(&files, task, attempt.as_ref());
         let of_task = |t: &TaskId| t == task;
         Ok(views::TaskDetail {

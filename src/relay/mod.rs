@@ -55,7 +55,17 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
     let lock_path = home.root.join("relay.lock");
     let lock_file = crate::os::home::open_private(&lock_path, true)
         .map_err(|e| RelayError::Failed(format!("cannot open {}: {e}", lock_path.display())))?;
-    let Ok(Some(_lock)) = crate::os::flock::Flock::try_exclusive(&lock_file) else {
+    // A relay killed a moment ago may still be on its way out (its descriptors closed last): its
+    // lock is waited for a few seconds before another relay is said to run.
+    let mut lock = None;
+    for _ in 0..50 {
+        if let Ok(Some(l)) = crate::os::flock::Flock::try_exclusive(&lock_file) {
+            lock = Some(l);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(_lock) = lock else {
         return Err(RelayError::Refused(format!(
             "another relay runs for home {} (it holds {}): one relay per home",
             home.root.display(),
@@ -121,6 +131,7 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
         api: api.clone(),
         published: std::sync::Mutex::new(published),
         max_payload: client.server_info().max_payload.max(64 * 1024),
+        steps: tokio::sync::Semaphore::new(publish::STEPS_AT_ONCE),
     });
     let mut rpc = tokio::spawn(rpc::serve(control.clone(), fleet::rpc_subject(&opts.host), api));
     let mut beat = tokio::spawn(heartbeat(control_js.clone(), lease, home.clone()));

@@ -30,7 +30,17 @@ pub struct Ctx {
     pub published: Mutex<HashMap<String, (String, u64)>>,
     /// The largest message the servers take.
     pub max_payload: usize,
+    /// Runs stepping at once. A step holds up to `VIEWS_AT_ONCE` publish acknowledgements while
+    /// it asks for more, and the JetStream context has 5,000 to give: unbounded, thousands of runs
+    /// mirrored at once would each hold some and wait for more, for ever.
+    pub steps: tokio::sync::Semaphore,
 }
+
+/// Runs that step at once (`Ctx::steps`).
+pub const STEPS_AT_ONCE: usize = 64;
+
+/// Views a step publishes before it awaits their acknowledgements.
+const VIEWS_AT_ONCE: usize = 16;
 
 /// Where a subject stands: the stream sequence of its last message, and where the next line to
 /// publish starts in its file (its ordinal and byte offset).
@@ -84,6 +94,7 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
         sources_at: None,
         wakes: Vec::new(),
         files_fp: None,
+        views_pending: false,
     };
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -96,10 +107,15 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
         if s.wakes.is_empty() {
             s.wakes = s.subscribe();
         }
-        let (failed, pause) = match s.step().await {
+        let stepped = {
+            let ctx = s.ctx.clone();
+            let Ok(_turn) = ctx.steps.acquire().await else { return };
+            s.step().await
+        };
+        let (failed, pause) = match stepped {
             Ok(()) => {
                 backoff = Duration::from_millis(200);
-                (false, if s.live { Duration::from_secs(1) } else { Duration::from_secs(20) })
+                (false, if s.live || s.views_pending { Duration::from_secs(1) } else { Duration::from_secs(20) })
             }
             Err(e) => {
                 tracing::warn!(RUN_ID = %s.run, error = %e, "publishing the run: trying again");
@@ -173,6 +189,8 @@ struct RunSync {
     /// The run's files (size, mtime) at the last step: a step of a run nothing runs, with no file
     /// changed, publishes nothing and computes nothing.
     files_fp: Option<u64>,
+    /// The last step left the views behind the files (computed less than two seconds before).
+    views_pending: bool,
 }
 
 impl RunSync {
@@ -209,7 +227,6 @@ impl RunSync {
         if !journal_changed && !self.live && self.files_fp == Some(fp) && self.views_at.is_some() {
             return Ok(());
         }
-        self.files_fp = Some(fp);
         // The tasks and their logs change with the journal (or a liveness file): looked at again
         // then, and every two seconds — not at every line an engine prints.
         if journal_changed || self.sources_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
@@ -246,9 +263,13 @@ impl RunSync {
         // so a busy log's events are not held up behind them.
         let due = journal_changed
             || self.views_at.is_none_or(|(at, c)| c != covers || at.elapsed() >= Duration::from_secs(2));
+        // The files are taken as published only once views reflecting them are: a change held
+        // back by the two seconds is looked at again soon, not at the run's next change.
+        self.views_pending = !due;
         if due {
             self.publish_views(covers).await?;
             self.views_at = Some((tokio::time::Instant::now(), covers));
+            self.files_fp = Some(fp);
         }
         Ok(())
     }
@@ -337,9 +358,23 @@ impl RunSync {
     /// row also when it covers more of the journal).
     async fn publish_views(&mut self, covers: u64) -> Result<(), Failed> {
         let (api, run, host) = (self.ctx.api.clone(), self.run.clone(), self.ctx.host.clone());
-        let (views, live) = crate::api::blocking(move || compute_views(&api, &run, &host)).await.unwrap_or_default();
+        let stopped = self.replaced.then(|| {
+            format!(
+                "the host's journal of this run was replaced under its id: the fleet mirrors it up to line {}, \
+                 read the rest on host {host}",
+                self.journal.map_or(0, |j| j.line)
+            )
+        });
+        let (views, live) =
+            crate::api::blocking(move || compute_views(&api, &run, &host, stopped)).await.unwrap_or_default();
         self.live = live;
+        // Each view is a subject of its own (no order between them): sent `VIEWS_AT_ONCE` at a
+        // time, then their acknowledgements awaited — not a round trip each.
+        let mut sent = Vec::new();
         for (view, json) in views {
+            if sent.len() == VIEWS_AT_ONCE {
+                self.acknowledged(std::mem::take(&mut sent)).await?;
+            }
             let subject = fleet::view_subject(&self.ctx.host, &self.run, &view);
             let hash = hash_of(&json);
             let row_covers = if view == View::Row { covers } else { 0 };
@@ -354,6 +389,17 @@ impl RunSync {
             }
             let msg = PublishMessage::build().payload(Bytes::from(json)).headers(h);
             let ack = self.ctx.js.send_publish(subject.clone(), msg).await.map_err(|e| Failed::Nats(e.to_string()))?;
+            sent.push((subject, hash, row_covers, ack));
+        }
+        self.acknowledged(sent).await
+    }
+
+    /// Awaits views' acknowledgements, each then taken as published.
+    async fn acknowledged(
+        &self,
+        sent: Vec<(String, String, u64, jetstream::context::PublishAckFuture)>,
+    ) -> Result<(), Failed> {
+        for (subject, hash, row_covers, ack) in sent {
             match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(Failed::Nats(e.to_string())),
@@ -605,17 +651,20 @@ fn sources_of(api: &Api, run: &RunId) -> BTreeMap<TaskId, Arc<crate::api::stream
 
 /// Every view of the run as its host's API answers it, with `host` said; and whether its
 /// supervisor is live.
-fn compute_views(api: &Api, run: &RunId, host: &HostName) -> (Vec<(View, Vec<u8>)>, bool) {
+/// `stopped`: why the run's journal is no longer mirrored (said on its row and detail).
+fn compute_views(api: &Api, run: &RunId, host: &HostName, stopped: Option<String>) -> (Vec<(View, Vec<u8>)>, bool) {
     let mut out = Vec::new();
     if let Some(row) = api.durable.overview.row(run)
         && let Ok(mut row) = serde_json::from_slice::<crate::views::RunRow>(&row)
     {
         row.host = Some(host.clone());
+        row.mirror_stopped = stopped.clone();
         out.push((View::Row, serde_json::to_vec(&row).unwrap_or_default()));
     }
     let Ok(mut detail) = api.durable.run_detail(run) else { return (out, false) };
     let live = detail.live;
     detail.host = Some(host.clone());
+    detail.mirror_stopped = stopped;
     let tasks: Vec<TaskId> = detail.task_ids();
     out.push((View::Detail, serde_json::to_vec(&detail).unwrap_or_default()));
     if let Ok(mut a) = api.durable.approvals(run, None) {

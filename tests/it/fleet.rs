@@ -559,6 +559,11 @@ fn a_steer_retried_with_its_idempotency_key_after_a_504_is_applied_once() {
     let row = rows(fleet.port)[0].clone();
     assert_eq!(row["host_online"], false, "{row}");
     assert!(row["host_seen"].is_string(), "{row}");
+    // Its runs are not said live meanwhile (its relay's last word may be older than their end).
+    assert_eq!(row["live"], false, "{row}");
+    let live = http(fleet.port, "GET", "/runs?live=true", &[], None).json();
+    assert_eq!(live.as_array().map(Vec::len), Some(0), "no live run on an offline host: {live}");
+    assert_eq!(fleet.get(&format!("/runs/{r1}")).json()["live"], false);
     h1.signal_relay(libc::SIGCONT);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(steers_of("never"), 0);
@@ -590,8 +595,10 @@ fn a_host_name_is_leased_to_one_relay_and_a_restarted_one_takes_it_over() {
     let out = harness(&h1.b.home()).args(["relay", "--nats", &url, "--host", "h1b"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("one relay per home"));
-    // Killed and restarted at once: it takes its own lease over (no wait for the lease to lapse).
-    h1.kill_relay();
+    // Killed and restarted at once — before the killed one is even reaped, as a supervisor that
+    // restarts it may: it waits out the home's lock and takes its own lease over (no wait for the
+    // lease to lapse).
+    h1.signal_relay(libc::SIGKILL);
     h1.start_relay();
     let log = h1.relay_log();
     wait_for(Duration::from_secs(5), || {
@@ -627,6 +634,38 @@ fn runs_pruned_while_the_relay_was_down_leave_the_fleet_when_it_returns() {
     let fleet_home = tempfile::tempdir().unwrap();
     let fleet = fleet_api(fleet_home.path(), &url, &[]);
     let listed = wait_for(T, || Some(rows(fleet.port).len()).filter(|n| *n == ids.len())).expect("every run listed");
+    // A journal replaced by hand under its run id, by a shorter one: the relay mirrors no more of
+    // it, and the run's row and detail say so (the fleet's journal ends where its mirror did).
+    let journal_of = |run: &str| {
+        let p: Value =
+            serde_json::from_slice(&std::fs::read(h1.b.home().join(format!("runs/{run}.json"))).unwrap()).unwrap();
+        PathBuf::from(p["runstateDir"].as_str().unwrap()).join(format!("{}.jsonl", p["slug"].as_str().unwrap()))
+    };
+    let (victim, path, had) = ids
+        .iter()
+        .map(|(_, run)| (run.clone(), journal_of(run)))
+        .find_map(|(run, path)| {
+            let n = std::fs::read_to_string(&path).ok()?.lines().count();
+            (n >= 4).then_some((run, path, n))
+        })
+        .expect("a fixture run with a journal of 4 lines or more");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let short: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+    let tmp = path.with_extension("jsonl.new");
+    std::fs::write(&tmp, short).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let row =
+        wait_for(T, || rows(fleet.port).into_iter().find(|r| r["runId"] == victim && r["mirror_stopped"].is_string()))
+            .unwrap_or_else(|| {
+                panic!("the row says the mirror stopped: {:?}", std::fs::read_to_string(h1.relay_log()))
+            });
+    assert!(row["mirror_stopped"].as_str().unwrap().contains("replaced"), "{row}");
+    let detail = fleet.get(&format!("/hosts/h1/runs/{victim}")).json();
+    assert!(detail["mirror_stopped"].is_string(), "{detail}");
+    let mirrored = all_pages(fleet.port, &format!("/hosts/h1/runs/{victim}/journal")).lines().count();
+    assert_eq!(mirrored, had, "the fleet's journal is the one it mirrored, not mixed with the new one");
+    let log = std::fs::read_to_string(h1.relay_log()).unwrap();
+    assert!(log.contains("is not the one the fleet mirrors"), "{log}");
     h1.kill_relay();
     let (code, out, err) = cli(&h1.b.home(), &["prune", "--finished-before", "1s", "--json"]);
     assert_eq!(code, 0, "{out}{err}");

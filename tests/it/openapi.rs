@@ -502,6 +502,7 @@ pub(crate) mod types {
             host: Some(host()),
             host_seen: Some("2026-11-29T14:05:09.000Z".into()),
             host_online: Some(true),
+            mirror_stopped: Some("the host's journal was replaced under the run id".into()),
         }
     }
 
@@ -593,6 +594,7 @@ pub(crate) mod types {
                     host: Some(host()),
                     host_seen: Some("2026-11-29T14:05:09.000Z".into()),
                     host_online: Some(false),
+                    mirror_stopped: Some("the host's journal was replaced under the run id".into()),
                 }),
             ),
             (

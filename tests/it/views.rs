@@ -145,6 +145,7 @@ fn a_newer_apis_views_read() {
         host: None,
         host_seen: None,
         host_online: None,
+        mirror_stopped: None,
     })
     .unwrap();
     row["host"] = "build-3".into();

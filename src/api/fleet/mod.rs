@@ -183,8 +183,16 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 /// A published view's JSON with what the fleet knows of its host now (`host_seen`, `host_online`).
+///
+/// A run of a host that is offline is not said `live` (its relay's last word may be from before
+/// its supervisor ended, and nothing on that host can be reached meanwhile): `host_online: false`
+/// says why.
 fn with_seen(fleet: &Fleet, host: &HostName, json: &[u8]) -> Vec<u8> {
-    let mut out = json.to_vec();
+    let (at, online) = fleet.seen(host);
+    let mut out = match (online, json.windows(11).any(|w| w == b"\"live\":true")) {
+        (false, true) => not_live(json).unwrap_or_else(|| json.to_vec()),
+        _ => json.to_vec(),
+    };
     while out.last().is_some_and(|b| b.is_ascii_whitespace()) {
         out.pop();
     }
@@ -192,12 +200,50 @@ fn with_seen(fleet: &Fleet, host: &HostName, json: &[u8]) -> Vec<u8> {
         return out;
     }
     out.pop();
-    let (at, online) = fleet.seen(host);
     if let Some(at) = at {
         out.extend_from_slice(format!(",\"host_seen\":\"{}\"", rfc3339(at)).as_bytes());
     }
     out.extend_from_slice(if online { b",\"host_online\":true}" } else { b",\"host_online\":false}" });
     out
+}
+
+/// The view's JSON with its own `live` (the object's top-level key, not a task's or a nested
+/// view's) `false` where it was `true`; the rest byte for byte.
+fn not_live(json: &[u8]) -> Option<Vec<u8>> {
+    let (mut depth, mut in_str, mut esc, mut key_start) = (0usize, false, false, None);
+    for (i, &b) in json.iter().enumerate() {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => {
+                    in_str = false;
+                    let rest = &json[i + 1..];
+                    if depth == 1 && key_start.is_some_and(|k| &json[k..i] == b"live") {
+                        let colon = rest.iter().position(|c| !c.is_ascii_whitespace())?;
+                        let after = &rest[colon + 1..];
+                        let v = after.iter().position(|c| !c.is_ascii_whitespace())?;
+                        if rest[colon] == b':' && after[v..].starts_with(b"true") {
+                            let at = i + 1 + colon + 1 + v;
+                            return Some([&json[..at], b"false", &json[at + 4..]].concat());
+                        }
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_str = true;
+                key_start = Some(i + 1);
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            _ => {}
+        }
+    }
+    None
 }
 
 fn json_bytes(status: StatusCode, body: Vec<u8>, host: &HostName) -> Response<Body> {
@@ -432,5 +478,18 @@ mod tests {
         ] {
             assert_eq!(super::without_token(path), want);
         }
+    }
+
+    /// Only the view's own `live` turns false: not a nested one, not one inside a string.
+    #[test]
+    fn an_offline_hosts_view_is_not_live_and_keeps_its_bytes() {
+        let json = br#"{"note":"\"live\":true","task":{"live":true},"live" : true,"tasks":[{"live":true}]}"#;
+        let out = super::not_live(json).expect("a top-level live");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"note":"\"live\":true","task":{"live":true},"live" : false,"tasks":[{"live":true}]}"#
+        );
+        assert_eq!(super::not_live(br#"{"live":false,"x":{"live":true}}"#), None);
+        assert_eq!(super::not_live(br#"{"live":{"pid":1}}"#), None);
     }
 }

@@ -51,7 +51,12 @@ pub fn runs(fleet: &Fleet, query: Option<&str>, only: Option<HostName>) -> Resul
     let (q, clamped) = crate::api::overview_query(Some(&rest.join("&")))?;
     let cursor = fleet.shared.index.read().unwrap_or_else(|p| p.into_inner()).watch_cursor();
     let index = fleet.shared.index.read().unwrap_or_else(|p| p.into_inner());
-    let matches = |r: &Row| host.as_ref().is_none_or(|h| *h == r.key.0) && row_matches(&q, r);
+    // `live=` asks what the rows say: an offline host's runs are not live (see `with_seen`).
+    let matches = |r: &Row| {
+        host.as_ref().is_none_or(|h| *h == r.key.0)
+            && row_matches(&q, r)
+            && q.live.is_none_or(|want| (r.row.live && fleet.seen(&r.key.0).1) == want)
+    };
     let range: Box<dyn Iterator<Item = &Arc<Row>>> = match &after {
         Some((ns, run, h)) => Box::new(index.order.range(..(*ns, run.clone(), h.clone())).rev().map(|(_, r)| r)),
         None => Box::new(index.order.values().rev()),
@@ -70,7 +75,17 @@ pub fn runs(fleet: &Fleet, query: Option<&str>, only: Option<HostName>) -> Resul
         next = Some(format!("{}.{}@{}", r.activity, r.key.1, r.key.0));
     }
     body.push(b']');
-    let total = index.order.values().filter(|r| matches(r)).count();
+    // Unfiltered (the Overview's first look), the total is the index's size, not a pass over it.
+    let filtered = host.is_some()
+        || !q.status.is_empty()
+        || q.live.is_some()
+        || q.project.is_some()
+        || q.repo.is_some()
+        || q.branch.is_some()
+        || q.plane.is_some()
+        || q.q.is_some()
+        || q.since.is_some();
+    let total = if filtered { index.order.values().filter(|r| matches(r)).count() } else { index.order.len() };
     drop(index);
     let mut resp = Response::new(full(body));
     let h = resp.headers_mut();
@@ -92,19 +107,19 @@ pub fn runs(fleet: &Fleet, query: Option<&str>, only: Option<HostName>) -> Resul
 /// The filters of `GET /runs` on a published row (as `overview` applies them to a home's).
 fn row_matches(q: &crate::api::overview::Query, r: &Row) -> bool {
     let s = &r.row.run;
-    let status: crate::state::journal::RunStatus =
-        crate::wire::from_name(crate::wire::name_of(&s.status)).unwrap_or(crate::state::journal::RunStatus::Pending);
-    let plane: Option<crate::state::registry::Plane> = crate::wire::from_name(crate::wire::name_of(&s.plane));
-    (q.status.is_empty() || q.status.contains(&status))
+    let status = || -> crate::state::journal::RunStatus {
+        crate::wire::from_name(crate::wire::name_of(&s.status)).unwrap_or(crate::state::journal::RunStatus::Pending)
+    };
+    let plane = || -> Option<crate::state::registry::Plane> { crate::wire::from_name(crate::wire::name_of(&s.plane)) };
+    (q.status.is_empty() || q.status.contains(&status()))
         && q.project.as_ref().is_none_or(|x| *x == s.project)
         && q.repo.as_ref().is_none_or(|x| *x == s.repo)
         && q.branch.as_ref().is_none_or(|x| Some(x) == s.branch.as_ref())
-        && q.plane.is_none_or(|x| Some(x) == plane)
+        && q.plane.is_none_or(|x| Some(x) == plane())
         && q.since.is_none_or(|t| r.activity > t)
         && q.q.as_ref().is_none_or(|x| {
             s.slug.as_str().to_lowercase().contains(x.as_str()) || s.run_id.as_str().contains(x.as_str())
         })
-        && q.live.is_none_or(|want| r.row.live == want)
 }
 
 /// `GET …/approvals[?state=]` of the fleet: the host's published approvals, filtered here.
