@@ -335,10 +335,10 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let key = keys[(x % 6) as usize].clone();
-            if x % 17 == 0 {
+            if x.is_multiple_of(17) {
                 index.drop_run(&key);
             } else {
-                index.record(key, seq, x % 3 == 0);
+                index.record(key, seq, x.is_multiple_of(3));
             }
             let counted = index.journal.values().filter(|j| j.1 != 0).map(|j| j.1 - 1).min();
             assert_eq!(index.watch_cursor(), counted.map_or(index.journal_at, |l| l.min(index.journal_at)), "at {seq}");
