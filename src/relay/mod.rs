@@ -52,26 +52,7 @@ fn instance(home: &Home) -> Result<String, RelayError> {
 
 /// Runs the relay until `stop` resolves (or its lease is taken, or NATS refuses it).
 pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Output = ()>) -> Result<(), RelayError> {
-    let lock_path = home.root.join("relay.lock");
-    let lock_file = crate::os::home::open_private(&lock_path, true)
-        .map_err(|e| RelayError::Failed(format!("cannot open {}: {e}", lock_path.display())))?;
-    // A relay killed a moment ago may still be on its way out (its descriptors closed last): its
-    // lock is waited for a few seconds before another relay is said to run.
-    let mut lock = None;
-    for _ in 0..50 {
-        if let Ok(Some(l)) = crate::os::flock::Flock::try_exclusive(&lock_file) {
-            lock = Some(l);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let Some(_lock) = lock else {
-        return Err(RelayError::Refused(format!(
-            "another relay runs for home {} (it holds {}): one relay per home",
-            home.root.display(),
-            lock_path.display()
-        )));
-    };
+    let _lock = home_lock(&home).await?;
     let instance = instance(&home)?;
     // A relay follows every run's files (its journal, each task's log): thousands of descriptors in
     // a busy home. The soft limit is raised to the hard one (1024 is a common soft default).
@@ -100,31 +81,7 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
     tracing::info!(host = %opts.host, "relay: the host name is ours");
     let (tx, rx) = watch::channel(false);
     let api = Arc::new(crate::api::Api::new(home.clone(), crate::api::Config::default(), rx.clone()));
-    let published = loop {
-        match published_views(&js, &opts.host).await {
-            Ok(p) => break p,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read what this host published: retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    };
-    // Runs the stream lists whose pointer went while no relay ran (pruned): withdrawn now — only
-    // when the registry could be read (a failed read is no proof that every run went).
-    let mut published = published;
-    if let Ok(here) = registered_strictly(&home.runs_dir()) {
-        let gone: Vec<(String, RunId)> = published
-            .keys()
-            .filter_map(|s| match fleet::parse_view_subject(s) {
-                Some((_, run, fleet::View::Row)) if !here.contains(&run) => Some((s.clone(), run)),
-                _ => None,
-            })
-            .collect();
-        for (subject, run) in gone {
-            publish::withdraw(&js, &opts.host, &run).await;
-            published.remove(&subject);
-        }
-    }
+    let published = published_here(&js, &opts.host, &home).await;
     let ctx = Arc::new(publish::Ctx {
         host: opts.host.clone(),
         js: js.clone(),
@@ -156,6 +113,60 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
     let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), control.flush()).await;
     result
+}
+
+/// The home's relay lock: one relay per home. A relay killed a moment ago may still be on its
+/// way out (its descriptors closed last): its lock is waited for a few seconds before another
+/// relay is said to run.
+async fn home_lock(home: &Home) -> Result<crate::os::flock::Flock, RelayError> {
+    let lock_path = home.root.join("relay.lock");
+    let lock_file = crate::os::home::open_private(&lock_path, true)
+        .map_err(|e| RelayError::Failed(format!("cannot open {}: {e}", lock_path.display())))?;
+    let mut lock = None;
+    for _ in 0..50 {
+        if let Ok(Some(l)) = crate::os::flock::Flock::try_exclusive(&lock_file) {
+            lock = Some(l);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(lock) = lock else {
+        return Err(RelayError::Refused(format!(
+            "another relay runs for home {} (it holds {}): one relay per home",
+            home.root.display(),
+            lock_path.display()
+        )));
+    };
+    Ok(lock)
+}
+
+/// What this host's views in the stream are (read until the stream answers); the runs it lists
+/// whose pointer went while no relay ran (pruned) are withdrawn — only when the registry could be
+/// read (a failed read is no proof that every run went).
+async fn published_here(js: &jetstream::Context, host: &HostName, home: &Home) -> HashMap<String, (String, u64)> {
+    let mut published = loop {
+        match published_views(js, host).await {
+            Ok(p) => break p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read what this host published: retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    if let Ok(here) = registered_strictly(&home.runs_dir()) {
+        let gone: Vec<(String, RunId)> = published
+            .keys()
+            .filter_map(|s| match fleet::parse_view_subject(s) {
+                Some((_, run, fleet::View::Row)) if !here.contains(&run) => Some((s.clone(), run)),
+                _ => None,
+            })
+            .collect();
+        for (subject, run) in gone {
+            publish::withdraw(js, host, &run).await;
+            published.remove(&subject);
+        }
+    }
+    published
 }
 
 /// The lease on the host name: refused when another relay holds it; while NATS does not answer
