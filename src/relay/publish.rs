@@ -217,6 +217,12 @@ impl RunSync {
     /// Journal, then events, then views.
     async fn step(&mut self) -> Result<(), Failed> {
         let journal_changed = self.publish_journal().await?;
+        // A live run's logs of the tasks already followed first, when the journal did not move: an
+        // engine's line is on its way before the run's other files are looked at again.
+        let synced = self.live && !journal_changed && !self.tasks.is_empty();
+        if synced {
+            self.sync_tasks().await?;
+        }
         // A run nothing runs whose files did not change since the last step has nothing new to
         // publish: not even its views are computed again (a home of thousands of finished runs
         // costs a few stat calls per run per look).
@@ -229,7 +235,8 @@ impl RunSync {
         }
         // The tasks and their logs change with the journal (or a liveness file): looked at again
         // then, and every two seconds — not at every line an engine prints.
-        if journal_changed || self.sources_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(2)) {
+        let look = journal_changed || self.sources_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+        if look {
             let (api, run) = (self.ctx.api.clone(), self.run.clone());
             let sources = crate::api::blocking(move || sources_of(&api, &run)).await.unwrap_or_default();
             if sources.iter().map(|(t, s)| (t, &s.logfile)).ne(self.tasks.iter().map(|(t, p)| (t, &p.src.logfile))) {
@@ -255,9 +262,10 @@ impl RunSync {
             }
             self.sources_at = Some(tokio::time::Instant::now());
         }
-        // Every task's subject at once: one message at a time per subject, the subjects in parallel.
-        let results = futures_util::future::join_all(self.tasks.values_mut().map(TaskPub::sync)).await;
-        results.into_iter().collect::<Result<Vec<()>, Failed>>()?;
+        // Synced (again) when the tasks were looked at anew: a task or a log may be new.
+        if !synced || look {
+            self.sync_tasks().await?;
+        }
         let covers = self.journal.map_or(0, |j| j.subject_seq);
         // Views at once when the journal moved; else (usage, idle times) every two seconds at most,
         // so a busy log's events are not held up behind them.
@@ -272,6 +280,12 @@ impl RunSync {
             self.files_fp = Some(fp);
         }
         Ok(())
+    }
+
+    /// Every task's subject at once: one message at a time per subject, the subjects in parallel.
+    async fn sync_tasks(&mut self) -> Result<(), Failed> {
+        let results = futures_util::future::join_all(self.tasks.values_mut().map(TaskPub::sync)).await;
+        results.into_iter().collect::<Result<Vec<()>, Failed>>().map(|_| ())
     }
 
     /// The journal's lines not yet published; whether there were any.
