@@ -96,6 +96,26 @@ fn fleet_api(home: &Path, url: &str, extra: &[&str]) -> ApiProc {
     ApiProc::start(home, &args)
 }
 
+/// A fleet API of one node's fleet (`--replicas 1`) with `env` (its credentials, its CA).
+fn fleet_api_env(home: &Path, url: &str, env: &[(&str, &str)]) -> ApiProc {
+    ApiProc::start_env(home, &["--fleet", url, "--replicas", "1"], env)
+}
+
+/// `harness relay` of `b`'s home as `host` with `env` (its credentials, its CA) and `args`, its
+/// log in `log`.
+fn relay_env(b: &Bench, url: &str, host: &str, args: &[&str], env: &[(&str, &str)], log: &Path) -> Proc {
+    let child = harness(&b.home())
+        .args(["relay", "--nats", url, "--host", host])
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    Proc { child }
+}
+
 /// Every page of `path` (`/events` or `/journal`), concatenated.
 fn all_pages(port: u16, path: &str) -> String {
     try_pages(port, path).unwrap_or_else(|r| panic!("{path}: {} {}", r.status, r.text()))
@@ -701,44 +721,28 @@ fn a_relays_credentials_publish_its_own_host_only() {
     let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
     let url = nats.url();
     let fleet_home = tempfile::tempdir().unwrap();
-    let fleet = {
-        let mut cmd = harness(fleet_home.path());
-        cmd.args(["api", "--listen", "127.0.0.1:0", "--fleet", &url, "--replicas", "1"])
-            .env("HARNESS_NATS_USER", "fleet")
-            .env("HARNESS_NATS_PASSWORD", "fleet-secret")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-        let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        (Proc { child }, port)
-    };
+    let fleet = fleet_api_env(
+        fleet_home.path(),
+        &url,
+        &[("HARNESS_NATS_USER", "fleet"), ("HARNESS_NATS_PASSWORD", "fleet-secret")],
+    );
     let relay = |b: &Bench, host: &str, log: &Path| {
-        let child = harness(&b.home())
-            .args(["relay", "--nats", &url, "--host", host])
-            .env("HARNESS_NATS_USER", "relay-h1")
-            .env("HARNESS_NATS_PASSWORD", "relay-h1-secret")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap();
-        Proc { child }
+        let env = [("HARNESS_NATS_USER", "relay-h1"), ("HARNESS_NATS_PASSWORD", "relay-h1-secret")];
+        relay_env(b, &url, host, &[], &env, log)
     };
     let ok = Bench::new();
     let st = ok.harness("tool").arg("run").arg(ok.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
     assert!(st.success());
     let ok_log = ok.dir.path().join("relay.log");
     let _r1 = relay(&ok, "h1", &ok_log);
-    wait_for(T, || (rows(fleet.1).len() == 1).then_some(())).unwrap_or_else(|| {
+    wait_for(T, || (rows(fleet.port).len() == 1).then_some(())).unwrap_or_else(|| {
         panic!("the relay with its own permissions was not served: {}", std::fs::read_to_string(&ok_log).unwrap())
     });
     let run = ok.run_id();
-    let r = http(fleet.1, "GET", &format!("/runs/{run}/tasks/C/events"), &[], None);
+    let r = http(fleet.port, "GET", &format!("/runs/{run}/tasks/C/events"), &[], None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(!r.text().is_empty());
-    let d = http(fleet.1, "GET", &format!("/runs/{run}/diff?stat=1"), &[], None);
+    let d = http(fleet.port, "GET", &format!("/runs/{run}/diff?stat=1"), &[], None);
     assert_eq!(d.status, 200, "the relay answers its own requests: {}", d.text());
     // The same credentials as host h2: the server refuses its publishes; h2 never appears.
     let other = Bench::new();
@@ -753,7 +757,7 @@ fn a_relays_credentials_publish_its_own_host_only() {
         "the server refused the other host's subjects: {}",
         std::fs::read_to_string(&bad_log).unwrap()
     );
-    let hosts = http(fleet.1, "GET", "/hosts", &[], None).json();
+    let hosts = http(fleet.port, "GET", "/hosts", &[], None).json();
     assert!(hosts["hosts"].as_array().unwrap().iter().all(|h| h["host"] == "h1"), "{hosts}");
     // The secrets were never on a command line.
     for pid in processes_with_home(&other.home()) {
@@ -882,30 +886,147 @@ fn a_fleet_over_tls_trusts_the_ca_it_is_given() {
     let st = b.harness("tool").arg("run").arg(b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
     assert!(st.success());
     let log = b.dir.path().join("relay.log");
-    let _relay = Proc {
-        child: harness(&b.home())
-            .args(["relay", "--nats", &url, "--host", "tls-host"])
-            .env("HARNESS_NATS_CA", &ca)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    };
+    let ca = ca.to_str().unwrap();
+    let _relay = relay_env(&b, &url, "tls-host", &[], &[("HARNESS_NATS_CA", ca)], &log);
     let fleet_home = tempfile::tempdir().unwrap();
-    let fleet = {
-        let mut cmd = harness(fleet_home.path());
-        cmd.args(["api", "--listen", "127.0.0.1:0", "--fleet", &url, "--replicas", "1"])
-            .env("HARNESS_NATS_CA", &ca)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-        let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{line:?}"));
-        (Proc { child }, port)
-    };
-    wait_for(T, || (rows(fleet.1).len() == 1).then_some(()))
+    let fleet = fleet_api_env(fleet_home.path(), &url, &[("HARNESS_NATS_CA", ca)]);
+    wait_for(T, || (rows(fleet.port).len() == 1).then_some(()))
         .unwrap_or_else(|| panic!("the run over TLS: {}", std::fs::read_to_string(&log).unwrap()));
-    assert_eq!(rows(fleet.1)[0]["host"], "tls-host");
+    assert_eq!(rows(fleet.port)[0]["host"], "tls-host");
+}
+
+/// NATS's own sign-ins: an nkey (a seed in `HARNESS_NATS_NKEY`) and a `.creds` file (a user JWT of
+/// an operator's account, and its seed) given with `--creds` or `HARNESS_NATS_CREDS`; a seed or a
+/// JWT the server does not know is refused and its host never appears.
+#[test]
+fn a_relay_and_a_fleet_api_sign_in_with_an_nkey_or_a_creds_file() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let b = Bench::new();
+    let st = b.harness("tool").arg("run").arg(b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    let fleet_home = tempfile::tempdir().unwrap();
+    // nkeys: the server knows two public keys; the relay and the fleet API hold their seeds.
+    let (relay_key, fleet_key) = (nkeys::KeyPair::new_user(), nkeys::KeyPair::new_user());
+    let conf = dir.path().join("nkeys.conf");
+    let users = format!("{{ nkey: {} }}, {{ nkey: {} }}", relay_key.public_key(), fleet_key.public_key());
+    std::fs::write(&conf, format!("authorization {{ users: [ {users} ] }}\n")).unwrap();
+    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let seed = |k: &nkeys::KeyPair| k.seed().unwrap();
+    signs_in(
+        &b,
+        &nats.url(),
+        "nk",
+        &[],
+        &[("HARNESS_NATS_NKEY", &seed(&relay_key))],
+        fleet_home.path(),
+        &[("HARNESS_NATS_NKEY", &seed(&fleet_key))],
+    );
+    let stranger = seed(&nkeys::KeyPair::new_user());
+    is_refused(&nats.url(), "nk-2", &[], &[("HARNESS_NATS_NKEY", &stranger)]);
+    drop(nats);
+    // A creds file: an operator, its account (JetStream on) and the system account, the users'
+    // JWTs signed by the account; the server resolves the accounts from its configuration.
+    let (op, acc, sys) = (nkeys::KeyPair::new_operator(), nkeys::KeyPair::new_account(), nkeys::KeyPair::new_account());
+    let unlimited = serde_json::json!({ "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1 });
+    let mut js_limits = unlimited.clone();
+    for k in ["mem_storage", "disk_storage", "streams", "consumer"] {
+        js_limits[k] = (-1).into();
+    }
+    let account = |limits: &Value| serde_json::json!({ "limits": limits, "type": "account", "version": 2 });
+    let conf = format!(
+        "operator: {}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload: {{\n  {}: {}\n  {}: {}\n}}\n",
+        jwt(&op, &op.public_key(), serde_json::json!({ "type": "operator", "version": 2 })),
+        sys.public_key(),
+        acc.public_key(),
+        jwt(&op, &acc.public_key(), account(&js_limits)),
+        sys.public_key(),
+        jwt(&op, &sys.public_key(), account(&unlimited)),
+    );
+    let conf_path = dir.path().join("operator.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let nats = Cluster::start_with(1, &["-c", conf_path.to_str().unwrap()]);
+    let creds = |issuer: &nkeys::KeyPair, name: &str| {
+        let user = nkeys::KeyPair::new_user();
+        let claims = serde_json::json!({ "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+            "type": "user", "version": 2 });
+        let text = format!(
+            "-----BEGIN NATS USER JWT-----\n{}\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+            jwt(issuer, &user.public_key(), claims),
+            user.seed().unwrap()
+        );
+        let path = dir.path().join(format!("{name}.creds"));
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (relay_creds, fleet_creds) = (creds(&acc, "relay"), creds(&acc, "fleet"));
+    let fleet_home = tempfile::tempdir().unwrap();
+    signs_in(
+        &b,
+        &nats.url(),
+        "jwt",
+        &["--creds", &relay_creds],
+        &[],
+        fleet_home.path(),
+        &[("HARNESS_NATS_CREDS", &fleet_creds)],
+    );
+    // A user of an account the operator never signed.
+    let forged = creds(&nkeys::KeyPair::new_account(), "forged");
+    is_refused(&nats.url(), "jwt-2", &["--creds", &forged], &[]);
+}
+
+/// A JWT of NATS (v2): `claims` about `subject`, issued and signed by `issuer`.
+fn jwt(issuer: &nkeys::KeyPair, subject: &str, nats: Value) -> String {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = serde_json::json!({ "jti": format!("HARNESSTEST{now}{subject}"), "iat": now,
+        "iss": issuer.public_key(), "name": subject, "sub": subject, "nats": nats });
+    let head = format!("{}.{}", b64(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#), b64(claims.to_string().as_bytes()));
+    let sig = issuer.sign(head.as_bytes()).unwrap();
+    format!("{head}.{}", b64(&sig))
+}
+
+/// `b`'s run reaches a fleet API through a relay of `host`, each signed in with its own
+/// credentials (`relay_args`/`relay_env`, `fleet_env`); the relay's log carries no secret.
+fn signs_in(
+    b: &Bench,
+    url: &str,
+    host: &str,
+    relay_args: &[&str],
+    relay_creds: &[(&str, &str)],
+    fleet_home: &Path,
+    fleet_creds: &[(&str, &str)],
+) {
+    let log = b.dir.path().join(format!("relay-{host}.log"));
+    let relay = relay_env(b, url, host, relay_args, relay_creds, &log);
+    let fleet = fleet_api_env(fleet_home, url, fleet_creds);
+    let run = b.run_id();
+    wait_for(T, || rows(fleet.port).iter().any(|r| r["host"] == host && r["runId"] == run.as_str()).then_some(()))
+        .unwrap_or_else(|| panic!("{host}: the run through the fleet: {}", std::fs::read_to_string(&log).unwrap()));
+    let d = http(fleet.port, "GET", &format!("/hosts/{host}/runs/{run}/diff?stat=1"), &[], None);
+    assert_eq!(d.status, 200, "{host}: a verb's round trip: {}", d.text());
+    drop(relay);
+    let text = std::fs::read_to_string(&log).unwrap();
+    for (_, secret) in relay_creds {
+        assert!(!text.contains(secret), "{host}: the relay's log holds its secret");
+    }
+}
+
+/// A relay with credentials the server does not know: it says so, and never runs for `host`.
+fn is_refused(url: &str, host: &str, args: &[&str], env: &[(&str, &str)]) {
+    let b = Bench::new();
+    let log = b.dir.path().join("relay.log");
+    let _relay = relay_env(&b, url, host, args, env, &log);
+    let said = wait_for(T, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.to_lowercase().contains("authorization violation").then_some(text)
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(said.is_some(), "{host}: the server's refusal is in the relay's log: {text}");
+    assert!(!text.contains("the host name is ours"), "{host}: {text}");
 }

@@ -89,8 +89,14 @@ pub struct ApiProc {
 
 impl ApiProc {
     pub fn start(home: &Path, extra: &[&str]) -> ApiProc {
+        ApiProc::start_env(home, extra, &[])
+    }
+
+    /// `start` with extra environment (e.g. a fleet API's NATS credentials).
+    pub fn start_env(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> ApiProc {
         let mut cmd = harness(home);
-        cmd.args(["api", "--listen", "127.0.0.1:0"]).args(extra).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        cmd.args(["api", "--listen", "127.0.0.1:0"]).args(extra).envs(env.iter().copied());
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn harness api");
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
