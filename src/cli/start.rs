@@ -109,6 +109,9 @@ pub(super) fn api(mut f: ApiFlags) -> Result<(), CliError> {
     })
 }
 
+/// The relay runtime's blocking threads at most (`relay`).
+const RELAY_BLOCKING_THREADS: usize = 16;
+
 /// `harness relay`: this home into the fleet's NATS JetStream, until SIGTERM/SIGINT.
 pub(super) fn relay(
     nats: Option<String>,
@@ -143,7 +146,14 @@ pub(super) fn relay(
     let nats = crate::fleet::Nats::new(&url, creds, replicas, &format!("harness relay {host}"))
         .map_err(usage)?
         .with_settings(settings);
-    let rt = tokio::runtime::Runtime::new().map_err(during("starting the relay's runtime"))?;
+    // The relay's blocking work is short file reads and stats of thousands of runs: a few threads
+    // do it as fast as hundreds (tokio's default 512 grew to ~400, each with its own allocator
+    // arena: twice the memory for nothing).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(RELAY_BLOCKING_THREADS)
+        .build()
+        .map_err(during("starting the relay's runtime"))?;
     rt.block_on(crate::relay::run(home, crate::relay::Options { host, nats }, crate::os::service::terminated()))
         .map_err(|e| match e {
             crate::relay::RelayError::Refused(d) => CliError::Usage(d),

@@ -466,7 +466,13 @@ fn a_fleet_survives_a_lost_node_a_relay_killed_twenty_times_and_nats_down_for_th
     }
     // NATS down for thirty seconds: the host works on meanwhile.
     nats.stop_all();
-    std::thread::sleep(Duration::from_secs(30));
+    let down = std::time::Instant::now();
+    // A page asked meanwhile is a 503 naming NATS (the request's patience, not the client's
+    // read timeout, ends it).
+    let r = http(fleet.port, "GET", &events, &[], None);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("NATS"), "{}", r.text());
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(down.elapsed()));
     nats.start_all();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.join().unwrap();

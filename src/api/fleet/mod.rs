@@ -108,22 +108,44 @@ impl Fleet {
 }
 
 /// How long a request keeps asking JetStream while it fails for a moment (a node lost, a stream
-/// leader being elected, the connection moving to another server) before it answers 503.
+/// leader being elected, the connection moving to another server) before it answers 503: for the
+/// whole request (its NATS calls together), not for each call.
 const PATIENCE: Duration = Duration::from_secs(15);
 
-/// `call`, asked again every quarter second while it fails, up to `PATIENCE`.
+tokio::task_local! {
+    /// When the request being answered gives up on NATS (`PATIENCE` after it began). Outside a
+    /// request (an SSE stream's producer, which outlives it) each call has `PATIENCE` of its own.
+    static DEADLINE: tokio::time::Instant;
+}
+
+/// `fut` answered within one `PATIENCE` of NATS calls.
+async fn within_patience<T>(fut: impl std::future::Future<Output = T>) -> T {
+    DEADLINE.scope(tokio::time::Instant::now() + PATIENCE, fut).await
+}
+
+/// When the NATS calls of what runs now give up.
+fn deadline() -> tokio::time::Instant {
+    DEADLINE.try_with(|d| *d).unwrap_or_else(|_| tokio::time::Instant::now() + PATIENCE)
+}
+
+/// `call`, asked again every quarter second while it fails, until the deadline (`deadline`); an
+/// attempt still unanswered then is given up too.
 async fn patiently<T, E: std::fmt::Display, F, Fut>(what: &str, mut call: F) -> Result<T, Response<Body>>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let deadline = deadline();
     loop {
-        match call().await {
-            Ok(v) => return Ok(v),
-            Err(e) if tokio::time::Instant::now() >= deadline => return Err(nats_error(format!("{what}: {e}"))),
-            Err(e) => tracing::debug!(error = %e, "{what}: asking again"),
+        let e = match tokio::time::timeout_at(deadline, call()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer in time".to_string(),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(nats_error(format!("{what}: {e}")));
         }
+        tracing::debug!(error = %e, "{what}: asking again");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -273,6 +295,17 @@ pub async fn dispatch(
         Some(r) => Some(fleet.host_of(host, r)?),
         None => host,
     };
+    within_patience(answer(api, fleet, route, host, req)).await
+}
+
+/// `dispatch`'s answer, once the run's host is known.
+async fn answer(
+    api: Arc<Api>,
+    fleet: Arc<Fleet>,
+    route: Route,
+    host: Option<HostName>,
+    req: Request<ReqBody>,
+) -> Result<Response<Body>, Response<Body>> {
     match (route, host) {
         // `/hosts/<host>/runs` and `/hosts/<host>/watch`: that host's only.
         (Route::Runs, host) => pages::runs(&fleet, req.uri().query(), host),

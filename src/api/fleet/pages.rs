@@ -196,7 +196,8 @@ async fn read_from(
     let mut msgs = consume(stream, cfg).await?;
     let mut out = Vec::new();
     loop {
-        let next = tokio::time::timeout(std::time::Duration::from_secs(10), msgs.next()).await;
+        let wait = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        let next = tokio::time::timeout_at(wait.min(super::deadline()), msgs.next()).await;
         let m = match next {
             Ok(Some(Ok(m))) => m,
             Ok(Some(Err(e))) => return Err(nats_error(e)),
