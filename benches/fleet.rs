@@ -407,6 +407,8 @@ fn scale(var: &str, default: usize) -> usize {
 fn pages(dir: &Path, url: &str) {
     let runs = scale("HARNESS_BENCH_RUNS", 10_000);
     let hosts = scale("HARNESS_BENCH_HOSTS", 5);
+    // Each host the same share: the runs rounded down to a multiple of the hosts.
+    let runs = (runs / hosts).max(1) * hosts;
     // The local baseline: one home of all the runs.
     let local_home = dir.join("page-local");
     fill_home(dir, &local_home, runs, "local", None);

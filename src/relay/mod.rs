@@ -87,7 +87,7 @@ pub async fn run(home: Home, opts: Options, stop: impl std::future::Future<Outpu
         js: js.clone(),
         api: api.clone(),
         published: std::sync::Mutex::new(published),
-        max_payload: client.server_info().max_payload.max(64 * 1024),
+        client: client.clone(),
         steps: tokio::sync::Semaphore::new(publish::STEPS_AT_ONCE),
     });
     let mut rpc = tokio::spawn(rpc::serve(control.clone(), fleet::rpc_subject(&opts.host), api));

@@ -28,16 +28,32 @@ pub struct Ctx {
     /// Each view subject's content hash as published (read from the stream at start), with the
     /// journal sequence a row covered.
     pub published: Mutex<HashMap<String, (String, u64)>>,
-    /// The largest message the servers take.
-    pub max_payload: usize,
+    /// The publishing connection (what the server it is connected to takes: `max_payload`).
+    pub client: async_nats::Client,
     /// Runs stepping at once. A step holds up to `VIEWS_AT_ONCE` publish acknowledgements while
     /// it asks for more, and the JetStream context has 5,000 to give: unbounded, thousands of runs
     /// mirrored at once would each hold some and wait for more, for ever.
     pub steps: tokio::sync::Semaphore,
 }
 
+impl Ctx {
+    /// The largest message the server takes: as it said when the connection was last made (64 KiB
+    /// before it is ever made — a relay started while NATS is down).
+    pub fn max_payload(&self) -> usize {
+        match self.client.server_info().max_payload {
+            0 => 64 * 1024,
+            n => n,
+        }
+    }
+}
+
 /// Runs that step at once (`Ctx::steps`).
 pub const STEPS_AT_ONCE: usize = 64;
+
+/// Reads (of ~1 MiB each) of one file in one step: a run with a long backlog gives its turn up
+/// between steps (the turns are first come, first served), so runs started meanwhile are not kept
+/// waiting behind it.
+const READS_PER_STEP: usize = 4;
 
 /// Views a step publishes before it awaits their acknowledgements.
 const VIEWS_AT_ONCE: usize = 16;
@@ -95,6 +111,8 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
         wakes: Vec::new(),
         files_fp: None,
         views_pending: false,
+        too_big: Default::default(),
+        more: false,
     };
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -132,8 +150,8 @@ pub async fn follow_run(ctx: Arc<Ctx>, run: RunId, mut gone: watch::Receiver<boo
             continue;
         }
         // The step found other files to follow (a task's log): subscribed anew, then read again
-        // at once (what was written meanwhile woke nobody).
-        if std::mem::take(&mut s.resubscribe) {
+        // at once (what was written meanwhile woke nobody). Lines left unread: at once too.
+        if std::mem::take(&mut s.resubscribe) | std::mem::take(&mut s.more) {
             continue;
         }
         tokio::select! {
@@ -173,7 +191,7 @@ struct RunSync {
     /// Each task's events (its log, adapter and session looked up with the journal, and again
     /// every two seconds).
     tasks: BTreeMap<TaskId, TaskPub>,
-    /// When views were last computed (they are at most every half second for log-only changes).
+    /// When views were last computed (they are at most every two seconds for log-only changes).
     views_at: Option<(tokio::time::Instant, u64)>,
     live: bool,
     /// The journal is not the one the stream mirrors (replaced by hand): not published further.
@@ -191,6 +209,10 @@ struct RunSync {
     files_fp: Option<u64>,
     /// The last step left the views behind the files (computed less than two seconds before).
     views_pending: bool,
+    /// The views too large to publish, said once each (`publish_views`).
+    too_big: std::collections::HashSet<String>,
+    /// The last step left lines unread (`READS_PER_STEP`): the next one comes at once.
+    more: bool,
 }
 
 impl RunSync {
@@ -277,7 +299,10 @@ impl RunSync {
         if due {
             self.publish_views(covers).await?;
             self.views_at = Some((tokio::time::Instant::now(), covers));
-            self.files_fp = Some(fp);
+            // Logs synced before the fingerprint was taken may hold a line it counts but the step
+            // did not publish: a run found no longer live is looked at in full at its next step;
+            // so is one whose lines were left for the next step (`more`).
+            self.files_fp = (!self.more && (!synced || self.live)).then_some(fp);
         }
         Ok(())
     }
@@ -285,15 +310,23 @@ impl RunSync {
     /// Every task's subject at once: one message at a time per subject, the subjects in parallel.
     async fn sync_tasks(&mut self) -> Result<(), Failed> {
         let results = futures_util::future::join_all(self.tasks.values_mut().map(TaskPub::sync)).await;
-        results.into_iter().collect::<Result<Vec<()>, Failed>>().map(|_| ())
+        for more in results {
+            self.more |= more?;
+        }
+        Ok(())
     }
 
     /// The journal's lines not yet published; whether there were any.
     async fn publish_journal(&mut self) -> Result<bool, Failed> {
+        let subject = fleet::journal_subject(&self.ctx.host, &self.run);
         if self.replaced {
+            // Where the mirror stopped stays known (after a failure too): the row covers the
+            // journal's subject up to there, and says which line that was.
+            if self.journal.is_none() {
+                self.journal = Some(ask(&self.ctx.js, fleet::JOURNAL_STREAM, &subject).await?.0);
+            }
             return Ok(false);
         }
-        let subject = fleet::journal_subject(&self.ctx.host, &self.run);
         let Ok(pointer) = self.ctx.api.durable.pointer(&self.run) else { return Ok(false) };
         let path = pointer.journal_path();
         // Another file under the journal's name (replaced by hand), or a shorter one: what the
@@ -323,6 +356,7 @@ impl RunSync {
                 if pos.line > 0 && lines.first().is_none_or(|l| l.0 != pos.line || l.2 != last) {
                     tracing::error!(RUN_ID = %self.run, line = pos.line, "the journal is not the one the fleet mirrors (replaced under the run id?): it is not published further");
                     self.replaced = true;
+                    self.journal = Some(pos);
                     return Ok(false);
                 }
                 pos
@@ -330,10 +364,14 @@ impl RunSync {
         };
         self.journal = Some(pos);
         let mut any = false;
-        loop {
+        for read in 0.. {
+            if read == READS_PER_STEP {
+                self.more = true;
+                break;
+            }
             let (lines, _) = read_lines(path.clone(), pos).await;
             if !lines.iter().any(|l| l.0 > pos.line) {
-                return Ok(any);
+                break;
             }
             for (line, at, raw) in lines {
                 if line > pos.line {
@@ -343,6 +381,7 @@ impl RunSync {
                 }
             }
         }
+        Ok(any)
     }
 
     /// One journal line, over the subject's last message: where the subject then stands.
@@ -401,9 +440,26 @@ impl RunSync {
             if view == View::Row {
                 h.insert(header::COVERS, covers.to_string().as_str());
             }
+            // A view the server would refuse (over its max_payload) is not sent: said once, and the
+            // fleet keeps the view last published (the run's other views go on).
+            let max_payload = self.ctx.max_payload();
+            if json.len() + 1024 > max_payload {
+                if self.too_big.insert(subject.clone()) {
+                    tracing::error!(RUN_ID = %self.run, subject, bytes = json.len(), max_payload,
+                        "a view is larger than the NATS server takes: not published (raise max_payload)");
+                }
+                continue;
+            }
+            self.too_big.remove(&subject);
             let msg = PublishMessage::build().payload(Bytes::from(json)).headers(h);
-            let ack = self.ctx.js.send_publish(subject.clone(), msg).await.map_err(|e| Failed::Nats(e.to_string()))?;
-            sent.push((subject, hash, row_covers, ack));
+            match self.ctx.js.send_publish(subject.clone(), msg).await {
+                Ok(ack) => sent.push((subject, hash, row_covers, ack)),
+                Err(e) => {
+                    // What was sent before is taken as published when acknowledged: not sent again.
+                    let _ = self.acknowledged(sent).await;
+                    return Err(Failed::Nats(e.to_string()));
+                }
+            }
         }
         self.acknowledged(sent).await
     }
@@ -413,15 +469,18 @@ impl RunSync {
         &self,
         sent: Vec<(String, String, u64, jetstream::context::PublishAckFuture)>,
     ) -> Result<(), Failed> {
+        // Every acknowledgement is awaited (one failing does not make the others' views unsent).
+        let mut failed = None;
         for (subject, hash, row_covers, ack) in sent {
             match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(Failed::Nats(e.to_string())),
-                Err(_) => return Err(Failed::Nats("no acknowledgement from JetStream in time".into())),
+                Ok(Ok(_)) => {
+                    self.ctx.published.lock().unwrap_or_else(|p| p.into_inner()).insert(subject, (hash, row_covers));
+                }
+                Ok(Err(e)) => failed = failed.or(Some(Failed::Nats(e.to_string()))),
+                Err(_) => failed = failed.or(Some(Failed::Nats("no acknowledgement from JetStream in time".into()))),
             }
-            self.ctx.published.lock().unwrap_or_else(|p| p.into_inner()).insert(subject, (hash, row_covers));
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// The run is gone from the home (pruned): its row says so, and the fleet drops it.
@@ -493,7 +552,9 @@ struct TaskPub {
 
 impl TaskPub {
     /// The task's events not yet published.
-    async fn sync(&mut self) -> Result<(), Failed> {
+    /// The task's log published from where its subject stands, `READS_PER_STEP` reads at most:
+    /// whether lines may be left.
+    async fn sync(&mut self) -> Result<bool, Failed> {
         let subject = fleet::events_subject(&self.ctx.host, &self.run, &self.task);
         let mut at = match self.at.clone() {
             Some(a) => a,
@@ -509,15 +570,16 @@ impl TaskPub {
             }
         };
         self.at = Some(at.clone());
-        loop {
+        for _ in 0..READS_PER_STEP {
             let (lines, next) = read_lines(self.src.logfile.clone(), at.next).await;
             if lines.is_empty() {
-                return Ok(());
+                return Ok(false);
             }
             self.publish_lines(&subject, &mut at, lines).await?;
             at.next = next;
             self.at = Some(at.clone());
         }
+        Ok(true)
     }
 
     /// The events of `lines` past the last published, each over the subject's last message.
@@ -552,6 +614,7 @@ impl TaskPub {
         let w = Writer::new(&run, &tname);
         let now = crate::state::journal::now_rfc3339();
         let src = self.src.clone();
+        let max_payload = self.ctx.max_payload();
         for ((line, start, raw), stamped) in lines.into_iter().zip(stamps) {
             let session = src.session.clone().or_else(|| at.session.clone());
             let ctx = Context {
@@ -570,7 +633,7 @@ impl TaskPub {
                 let mut json = Vec::with_capacity(256);
                 w.write_line(&e, &mut json);
                 json.pop();
-                let json = fit(self.ctx.max_payload, json, &e);
+                let json = fit(max_payload, json, &e);
                 let mut h = async_nats::HeaderMap::new();
                 h.insert(header::SEQ, e.seq.to_string().as_str());
                 h.insert(header::AT, start.to_string().as_str());

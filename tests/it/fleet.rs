@@ -587,6 +587,7 @@ fn a_steer_retried_with_its_idempotency_key_after_a_504_is_applied_once() {
     assert!(row["host_seen"].is_string(), "{row}");
     // Its runs are not said live meanwhile (its relay's last word may be older than their end).
     assert_eq!(row["live"], false, "{row}");
+    assert_eq!(row["supervisor"], "unknown", "{row}");
     let live = http(fleet.port, "GET", "/runs?live=true", &[], None).json();
     assert_eq!(live.as_array().map(Vec::len), Some(0), "no live run on an offline host: {live}");
     assert_eq!(fleet.get(&format!("/runs/{r1}")).json()["live"], false);
@@ -692,6 +693,21 @@ fn runs_pruned_while_the_relay_was_down_leave_the_fleet_when_it_returns() {
     assert_eq!(mirrored, had, "the fleet's journal is the one it mirrored, not mixed with the new one");
     let log = std::fs::read_to_string(h1.relay_log()).unwrap();
     assert!(log.contains("is not the one the fleet mirrors"), "{log}");
+    assert!(row["mirror_stopped"].as_str().unwrap().contains(&format!("up to line {had},")), "{row}");
+    // A fleet API started now finds the row covering the journal as far as it was mirrored: its
+    // list's cursor is the stream's end (a /watch joining there replays nothing).
+    let fresh_home = tempfile::tempdir().unwrap();
+    let fresh = fleet_api(fresh_home.path(), &url, &[]);
+    let mut last = None;
+    let joined = wait_for(T, || {
+        let cursor = http(fresh.port, "GET", "/runs", &[], None).header("harness-watch-cursor")?.to_string();
+        let end = SseConn::open(fresh.port, "/watch?since=now", &[]).next()?.id?;
+        let same = cursor == end;
+        last = Some((cursor, end));
+        same.then_some(())
+    });
+    assert!(joined.is_some(), "a fresh fleet API's list cursor is the watch stream's end: (cursor, end) {last:?}");
+    drop(fresh);
     h1.kill_relay();
     let (code, out, err) = cli(&h1.b.home(), &["prune", "--finished-before", "1s", "--json"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -1035,4 +1051,71 @@ fn is_refused(url: &str, host: &str, args: &[&str], env: &[(&str, &str)]) {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(said.is_some(), "{host}: the server's refusal is in the relay's log: {text}");
     assert!(!text.contains("the host name is ours"), "{host}: {text}");
+}
+
+/// A view larger than the server takes (its `max_payload`) is not sent, said once in the relay's
+/// log, and nothing else waits on it: every run is listed, and no step is tried again for ever.
+#[test]
+fn a_view_larger_than_the_server_takes_is_said_once_and_the_rest_is_mirrored() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("small.conf");
+    std::fs::write(&conf, "max_payload: 4096\n").unwrap();
+    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let mut h1 = Host::new("h1", &nats.url());
+    let ids = install_fixture_runs(&h1.b.home());
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &nats.url(), &[]);
+    wait_for(T, || (rows(fleet.port).len() == ids.len()).then_some(()))
+        .unwrap_or_else(|| panic!("every run listed: {}", std::fs::read_to_string(h1.relay_log()).unwrap()));
+    // A few of the relay's steps later: each too large view said once, no step failing.
+    std::thread::sleep(Duration::from_secs(5));
+    let log = std::fs::read_to_string(h1.relay_log()).unwrap();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("larger than the NATS server takes")).collect();
+    assert!(!said.is_empty(), "a fixture run's view is over 4 KiB: {log}");
+    let subjects: std::collections::BTreeSet<&str> =
+        said.iter().filter_map(|l| l.split("subject=").nth(1)?.split_whitespace().next()).collect();
+    assert_eq!(subjects.len(), said.len(), "each view said once: {said:#?}");
+    assert!(!log.contains("trying again"), "{log}");
+}
+
+/// A log of megabytes (a finished run's whole turn, mirrored for the first time) reaches the fleet
+/// whole, byte for byte, though a relay's step reads a few megabytes of it at a time (and a finished
+/// run's step is skipped when its files did not change).
+#[test]
+fn a_task_log_of_megabytes_is_mirrored_whole() {
+    if !available() {
+        return;
+    }
+    let nats = Cluster::start(1);
+    let mut h1 = Host::new("h1", &nats.url());
+    let st = h1.b.harness("tool").arg("run").arg(h1.b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    let log = h1.log("done", "A");
+    let pad = "x".repeat(2000);
+    let mut buf = String::new();
+    for i in 0..8000 {
+        buf.push_str(&format!(
+            "{{\"type\":\"stream_event\",\"event\":{{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"w{i} {pad}\"}}}},\"session_id\":\"s\"}}\n"
+        ));
+    }
+    // Their arrival in the log's time sidecar (as the stamper writes it), then the lines.
+    let have = std::fs::read(&log).unwrap().iter().filter(|b| **b == b'\n').count();
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let times = format!("{}.times", log.display());
+    let mut t = std::fs::OpenOptions::new().append(true).create(true).open(times).unwrap();
+    t.write_all(format!("{} 8000 {ms}\n", have + 1).as_bytes()).unwrap();
+    std::fs::OpenOptions::new().append(true).open(&log).unwrap().write_all(buf.as_bytes()).unwrap();
+    assert!(std::fs::metadata(&log).unwrap().len() > 16 << 20, "a log of more than 16 MiB");
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &nats.url(), &[]);
+    let api1 = ApiProc::start(&h1.b.home(), &[]);
+    let run = h1.b.run_id();
+    let events = format!("/runs/{run}/tasks/A/events");
+    let same = wait_equal(fleet.port, api1.port, &format!("/hosts/h1{events}"), &events);
+    assert!(same.lines().count() > 8000, "every line's events");
 }

@@ -330,6 +330,7 @@ mod tests {
             .collect();
         let mut index = Index::default();
         let mut x: u64 = 0x9e3779b97f4a7c15;
+        let (mut puts, mut lags) = (0, 0);
         for seq in 1..2000u64 {
             x ^= x << 13;
             x ^= x >> 7;
@@ -337,11 +338,20 @@ mod tests {
             let key = keys[(x % 6) as usize].clone();
             if x.is_multiple_of(17) {
                 index.drop_run(&key);
+            } else if x.is_multiple_of(5) {
+                // A row published: covering the run's journal up to a sequence at or before now.
+                let row = row_of(key, ROW.as_bytes(), (x >> 8) % (seq + 1)).expect("a row");
+                index.put(row);
             } else {
                 index.record(key, seq, x.is_multiple_of(3));
             }
             let counted = index.journal.values().filter(|j| j.1 != 0).map(|j| j.1 - 1).min();
             assert_eq!(index.watch_cursor(), counted.map_or(index.journal_at, |l| l.min(index.journal_at)), "at {seq}");
+            (puts, lags) = (puts + usize::from(x.is_multiple_of(5)), lags + usize::from(counted.is_some()));
         }
+        assert!(puts > 300 && lags > 300, "rows put ({puts}) and runs lagging ({lags}) all along");
     }
+
+    /// A run's row as a relay publishes it.
+    const ROW: &str = r#"{"attention_marks":0,"base_branch":null,"base_slug":"s","blocked_by":[],"branch":null,"budget_usd":null,"counts":{"committed":0,"gated":0,"halted":0,"implemented":0,"leased":1,"pending":1,"reviewed":0,"skipped":0},"created":"2026-12-07T18:53:59.874Z","fails_at":null,"finished_at":null,"journal":{"bad_lines":0,"records":2,"torn_tail":false},"live":false,"pause_detail":null,"pause_reason":null,"paused":false,"pending_approvals":0,"plane":"dynwf","project":"p","repo":"p","repoRoot":"/r","resume_at":null,"runId":"0123456789ab--r0","slug":"s","stalled":false,"stalled_since":null,"started_at":"2026-11-29T10:00:00.000Z","status":"running","supervisor":"none","tasks":2,"updated":"2026-11-29T10:00:01.000Z","usage":{"cache_read_tokens":null,"cache_write_tokens":null,"cost":"engine","cost_usd":0.0,"input_tokens":null,"output_tokens":null,"turns":0},"wave":1,"waves":2,"worktree":"/r"}"#;
 }

@@ -206,15 +206,19 @@ fn rfc3339(t: SystemTime) -> String {
 
 /// A published view's JSON with what the fleet knows of its host now (`host_seen`, `host_online`).
 ///
-/// A run of a host that is offline is not said `live` (its relay's last word may be from before
-/// its supervisor ended, and nothing on that host can be reached meanwhile): `host_online: false`
-/// says why.
+/// A run of a host that is offline is not said `live`, nor its supervisor `live` (`unknown`: its
+/// relay's last word may be from before its supervisor ended, and nothing on that host can be
+/// reached meanwhile): `host_online: false` says why.
 fn with_seen(fleet: &Fleet, host: &HostName, json: &[u8]) -> Vec<u8> {
     let (at, online) = fleet.seen(host);
-    let mut out = match (online, json.windows(11).any(|w| w == b"\"live\":true")) {
-        (false, true) => not_live(json).unwrap_or_else(|| json.to_vec()),
-        _ => json.to_vec(),
-    };
+    let mut out = json.to_vec();
+    if !online {
+        for (key, from, to) in OFFLINE {
+            if let Some(o) = top_level_value(&out, key, from, to) {
+                out = o;
+            }
+        }
+    }
     while out.last().is_some_and(|b| b.is_ascii_whitespace()) {
         out.pop();
     }
@@ -229,9 +233,14 @@ fn with_seen(fleet: &Fleet, host: &HostName, json: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The view's JSON with its own `live` (the object's top-level key, not a task's or a nested
-/// view's) `false` where it was `true`; the rest byte for byte.
-fn not_live(json: &[u8]) -> Option<Vec<u8>> {
+/// What an offline host's views say otherwise: each top-level key, the value it had, the value it
+/// gets.
+const OFFLINE: [(&[u8], &[u8], &[u8]); 2] =
+    [(b"live", b"true", b"false"), (b"supervisor", b"\"live\"", b"\"unknown\"")];
+
+/// The view's JSON with its own `key` (the object's top-level key, not a task's or a nested
+/// view's) `to` where it was `from`; the rest byte for byte (`None`: no such key and value).
+fn top_level_value(json: &[u8], key: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
     let (mut depth, mut in_str, mut esc, mut key_start) = (0usize, false, false, None);
     for (i, &b) in json.iter().enumerate() {
         if in_str {
@@ -241,13 +250,13 @@ fn not_live(json: &[u8]) -> Option<Vec<u8>> {
                 (false, b'"') => {
                     in_str = false;
                     let rest = &json[i + 1..];
-                    if depth == 1 && key_start.is_some_and(|k| &json[k..i] == b"live") {
+                    if depth == 1 && key_start.is_some_and(|k| &json[k..i] == key) {
                         let colon = rest.iter().position(|c| !c.is_ascii_whitespace())?;
                         let after = &rest[colon + 1..];
                         let v = after.iter().position(|c| !c.is_ascii_whitespace())?;
-                        if rest[colon] == b':' && after[v..].starts_with(b"true") {
+                        if rest[colon] == b':' && after[v..].starts_with(from) {
                             let at = i + 1 + colon + 1 + v;
-                            return Some([&json[..at], b"false", &json[at + 4..]].concat());
+                            return Some([&json[..at], to, &json[at + from.len()..]].concat());
                         }
                     }
                 }
@@ -513,16 +522,25 @@ mod tests {
         }
     }
 
-    /// Only the view's own `live` turns false: not a nested one, not one inside a string.
+    /// Only the view's own `live` turns false and its own `supervisor` unknown: not a nested one,
+    /// not one inside a string.
     #[test]
     fn an_offline_hosts_view_is_not_live_and_keeps_its_bytes() {
+        let not_live = |j: &[u8]| super::top_level_value(j, b"live", b"true", b"false");
         let json = br#"{"note":"\"live\":true","task":{"live":true},"live" : true,"tasks":[{"live":true}]}"#;
-        let out = super::not_live(json).expect("a top-level live");
+        let out = not_live(json).expect("a top-level live");
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"note":"\"live\":true","task":{"live":true},"live" : false,"tasks":[{"live":true}]}"#
         );
-        assert_eq!(super::not_live(br#"{"live":false,"x":{"live":true}}"#), None);
-        assert_eq!(super::not_live(br#"{"live":{"pid":1}}"#), None);
+        assert_eq!(not_live(br#"{"live":false,"x":{"live":true}}"#), None);
+        assert_eq!(not_live(br#"{"live":{"pid":1}}"#), None);
+        let (key, from, to) = super::OFFLINE[1];
+        let json = br#"{"slug":"live","x":{"supervisor":"live"},"supervisor":"live","live":true}"#;
+        let out = super::top_level_value(json, key, from, to).expect("a top-level supervisor");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"slug":"live","x":{"supervisor":"live"},"supervisor":"unknown","live":true}"#
+        );
     }
 }
