@@ -236,15 +236,15 @@ impl RunSync {
         paths
     }
 
-    /// Journal, then events, then views.
+    /// Journal, then events, then views (a live run's known tasks' events first).
     async fn step(&mut self) -> Result<(), Failed> {
-        let journal_changed = self.publish_journal().await?;
-        // A live run's logs of the tasks already followed first, when the journal did not move: an
-        // engine's line is on its way before the run's other files are looked at again.
-        let synced = self.live && !journal_changed && !self.tasks.is_empty();
+        // A live run's logs of the tasks already followed first: an engine's line is on its way
+        // before the run's other files are looked at again (its journal's subject is another).
+        let synced = self.live && !self.tasks.is_empty();
         if synced {
             self.sync_tasks().await?;
         }
+        let journal_changed = self.publish_journal().await?;
         // A run nothing runs whose files did not change since the last step has nothing new to
         // publish: not even its views are computed again (a home of thousands of finished runs
         // costs a few stat calls per run per look).
@@ -551,7 +551,6 @@ struct TaskPub {
 }
 
 impl TaskPub {
-    /// The task's events not yet published.
     /// The task's log published from where its subject stands, `READS_PER_STEP` reads at most:
     /// whether lines may be left.
     async fn sync(&mut self) -> Result<bool, Failed> {
@@ -571,45 +570,52 @@ impl TaskPub {
         };
         self.at = Some(at.clone());
         for _ in 0..READS_PER_STEP {
-            let (lines, next) = read_lines(self.src.logfile.clone(), at.next).await;
+            let (lines, next, stamps) = self.read_stamped(at.next).await?;
             if lines.is_empty() {
                 return Ok(false);
             }
-            self.publish_lines(&subject, &mut at, lines).await?;
+            self.publish_lines(&subject, &mut at, lines, stamps).await?;
             at.next = next;
             self.at = Some(at.clone());
         }
         Ok(true)
     }
 
-    /// The events of `lines` past the last published, each over the subject's last message.
+    /// The log's complete lines from `pos`, with their times — read off the async workers in one
+    /// go: the times from a bounded window of the sidecar, kept from one read to the next (found
+    /// from the first line when there is none yet).
+    async fn read_stamped(&mut self, pos: Position) -> Result<Stamped, Failed> {
+        let (log, held) = (self.src.logfile.clone(), self.times.take());
+        let (lines, next, times, stamps) = tokio::task::spawn_blocking(move || {
+            let (lines, next) = read_lines_now(&log, pos);
+            if lines.is_empty() {
+                return (lines, next, held, Vec::new());
+            }
+            let mut times = match held {
+                Some(mut t) => {
+                    t.refresh();
+                    t
+                }
+                None => crate::os::stamp::Times::from_line(&log, lines[0].0),
+            };
+            let stamps: Vec<Option<String>> = lines.iter().map(|(l, _, _)| times.at(*l)).collect();
+            (lines, next, Some(times), stamps)
+        })
+        .await
+        .map_err(|e| Failed::Nats(e.to_string()))?;
+        self.times = times;
+        Ok((lines, next, stamps))
+    }
+
+    /// The events of `lines` (their times `stamps`) past the last published, each over the
+    /// subject's last message.
     async fn publish_lines(
         &mut self,
         subject: &str,
         at: &mut EventsAt,
         lines: Vec<(u64, u64, Vec<u8>)>,
+        stamps: Vec<Option<String>>,
     ) -> Result<(), Failed> {
-        // The lines' times, read off the async workers: a bounded window of the sidecar, kept
-        // from one batch to the next (found from the first line when there is none yet).
-        let stamps = {
-            let (log, held) = (self.src.logfile.clone(), self.times.take());
-            let wanted: Vec<u64> = lines.iter().map(|(line, _, _)| *line).collect();
-            let (times, stamps) = tokio::task::spawn_blocking(move || {
-                let mut times = match held {
-                    Some(mut t) => {
-                        t.refresh();
-                        t
-                    }
-                    None => crate::os::stamp::Times::from_line(&log, wanted.first().copied().unwrap_or(1)),
-                };
-                let stamps: Vec<Option<String>> = wanted.into_iter().map(|l| times.at(l)).collect();
-                (times, stamps)
-            })
-            .await
-            .map_err(|e| Failed::Nats(e.to_string()))?;
-            self.times = Some(times);
-            stamps
-        };
         let (run, tname) = (self.run.to_string(), self.task.to_string());
         let w = Writer::new(&run, &tname);
         let now = crate::state::journal::now_rfc3339();
@@ -684,25 +690,29 @@ fn fit(max_payload: usize, json: Vec<u8>, e: &crate::events::Event<'_>) -> Vec<u
 /// ordinal and where it starts, and where the line after them starts. Read off the async workers,
 /// at most ~1 MiB a call (the caller calls again).
 async fn read_lines(path: PathBuf, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, Position) {
+    tokio::task::spawn_blocking(move || read_lines_now(&path, pos)).await.unwrap_or((Vec::new(), pos))
+}
+
+/// Lines read, with where the line after them starts, and their times (`TaskPub::read_stamped`).
+type Stamped = (Vec<(u64, u64, Vec<u8>)>, Position, Vec<Option<String>>);
+
+/// `read_lines`, on this thread.
+fn read_lines_now(path: &std::path::Path, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, Position) {
     let first = Position { line: pos.line.max(1), at: if pos.line == 0 { 0 } else { pos.at }, ..pos };
-    tokio::task::spawn_blocking(move || {
-        let mut tail = Tail::at_offset(&path, first.at, first.line);
-        let mut out = Vec::new();
-        let mut bytes = 0usize;
-        while bytes < 1 << 20 {
-            let before = tail.read_offset();
-            let Ok((lines, _)) = tail.read_available_at(256 * 1024) else { break };
-            // A read that ends inside a long line gives no line but moves on: read on to its end.
-            if lines.is_empty() && tail.read_offset() == before {
-                break;
-            }
-            bytes += lines.iter().map(|l| l.2.len()).sum::<usize>();
-            out.extend(lines);
+    let mut tail = Tail::at_offset(path, first.at, first.line);
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    while bytes < 1 << 20 {
+        let before = tail.read_offset();
+        let Ok((lines, _)) = tail.read_available_at(256 * 1024) else { break };
+        // A read that ends inside a long line gives no line but moves on: read on to its end.
+        if lines.is_empty() && tail.read_offset() == before {
+            break;
         }
-        (out, Position { line: tail.next_line(), at: tail.next_offset(), ..first })
-    })
-    .await
-    .unwrap_or((Vec::new(), pos))
+        bytes += lines.iter().map(|l| l.2.len()).sum::<usize>();
+        out.extend(lines);
+    }
+    (out, Position { line: tail.next_line(), at: tail.next_offset(), ..first })
 }
 
 /// A hash of the files' sizes and modification times (and the pointer's liveness path: a pointer
