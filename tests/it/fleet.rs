@@ -1119,3 +1119,42 @@ fn a_task_log_of_megabytes_is_mirrored_whole() {
     let same = wait_equal(fleet.port, api1.port, &format!("/hosts/h1{events}"), &events);
     assert!(same.lines().count() > 8000, "every line's events");
 }
+
+/// The same run id on two hosts (a home copied, or fixtures installed twice): `/runs/:runId/…` is a
+/// 409 naming both hosts — a verb included, sent nowhere — and `/hosts/:host/runs/:runId/…`
+/// addresses each; `?host=` lists one host's runs.
+#[test]
+fn a_run_id_on_two_hosts_is_a_409_naming_them_unless_the_host_is_named() {
+    if !available() {
+        return;
+    }
+    let nats = Cluster::start(1);
+    let (mut h1, mut h2) = (Host::new("h1", &nats.url()), Host::new("h2", &nats.url()));
+    let ids = install_fixture_runs(&h1.b.home());
+    // h2's registry a copy of h1's: the same run ids (their files h1's).
+    let st = std::process::Command::new("cp").arg("-a").arg(h1.b.home().join("runs")).arg(h2.b.home()).status();
+    assert!(st.unwrap().success());
+    h1.start_relay();
+    h2.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &nats.url(), &[]);
+    wait_for(T, || (rows(fleet.port).len() == 2 * ids.len()).then_some(())).expect("both hosts' runs listed");
+    let run = &ids[0].1;
+    let r = fleet.get(&format!("/runs/{run}"));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("h1") && r.text().contains("h2"), "the hosts named: {}", r.text());
+    let body = br#"{"reason":"x"}"#;
+    let h = [("Content-Type", "application/json")];
+    let r = http(fleet.port, "POST", &format!("/runs/{run}/pause"), &h, Some(body));
+    assert_eq!(r.status, 409, "a verb to an ambiguous id: {}", r.text());
+    assert!(r.text().contains("is on hosts h1, h2"), "refused before it is routed: {}", r.text());
+    for host in ["h1", "h2"] {
+        let d = fleet.get(&format!("/hosts/{host}/runs/{run}"));
+        assert_eq!(d.status, 200, "{}", d.text());
+        assert_eq!(d.json()["host"], host);
+        let listed = http(fleet.port, "GET", &format!("/runs?host={host}"), &[], None).json();
+        let listed = listed.as_array().unwrap();
+        assert_eq!(listed.len(), ids.len(), "{host}'s runs only");
+        assert!(listed.iter().all(|r| r["host"] == host));
+    }
+}
