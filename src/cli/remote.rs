@@ -88,17 +88,29 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
     }
     let rows: Vec<RunRow> = typed(v, "GET /runs")?;
     let width = rows.iter().map(|r| r.run.run_id.as_str().len()).max().unwrap_or(3).max(3);
+    // A fleet's rows carry their host: a first column then (a home's API has none).
+    let host_width = rows.iter().filter_map(|r| r.host.as_ref().map(|h| h.as_str().len())).max().map(|w| w.max(4));
+    let host_cell = |h: Option<&str>| host_width.map_or(String::new(), |w| format!("{:<w$}  ", h.unwrap_or("")));
     out(&format!(
-        "{:<width$}  {:<8}  {:>5}  {:>7}  {:>9}  {:>11}  {:<5}  {}",
-        "RUN", "STATUS", "WAVE", "DONE", "COST", "ACTIVE", "LIVE", "PROJECT/BRANCH"
+        "{}{:<width$}  {:<8}  {:>5}  {:>7}  {:>9}  {:>11}  {:<5}  {}",
+        host_cell(Some("HOST")),
+        "RUN",
+        "STATUS",
+        "WAVE",
+        "DONE",
+        "COST",
+        "ACTIVE",
+        "LIVE",
+        "PROJECT/BRANCH"
     ));
     let mut gone = Vec::new();
-    for RunRow { run: r, live, supervisor, .. } in rows {
+    for RunRow { run: r, live, supervisor, host, .. } in rows {
         if supervisor == views::Supervisor::Gone {
-            gone.push(r.run_id.clone());
+            gone.push((r.run_id.clone(), host.clone()));
         }
         let line = format!(
-            "{:<width$}  {:<8}  {:>5}  {:>7}  {:>9}  {:>11}  {:<5}  {}{}",
+            "{}{:<width$}  {:<8}  {:>5}  {:>7}  {:>9}  {:>11}  {:<5}  {}{}",
+            host_cell(host.as_ref().map(|h| h.as_str())),
             r.run_id.as_str(),
             r.status.label(),
             wave_of(&r),
@@ -116,8 +128,19 @@ pub(super) fn runs(c: &Client, query: &str, limit: Option<u64>, json: bool) -> R
         out(line.trim_end());
     }
     // Hints go to stderr: stdout stays one line per run.
-    for id in gone {
-        eprintln!("{id}: its supervisor is gone; `{}` recovers it, `harness stop {id}` ends it", recover_command(&id));
+    for (id, host) in gone {
+        match host {
+            Some(h) => eprintln!(
+                "{id}: its supervisor on host {h} is gone; there, `{}` recovers it, `harness stop {id}` ends it",
+                recover_command(&id)
+            ),
+            None => {
+                eprintln!(
+                    "{id}: its supervisor is gone; `{}` recovers it, `harness stop {id}` ends it",
+                    recover_command(&id)
+                )
+            }
+        }
     }
     Ok(())
 }
@@ -134,7 +157,10 @@ pub(super) fn show(c: &Client, run: &str, json: bool) -> Result<(), CliError> {
     let d: RunDetail = typed(v, &format!("GET /runs/{id}"))?;
     let live = match d.supervisor {
         _ if d.live => "supervised, live".to_string(),
-        views::Supervisor::Gone => format!("supervisor gone: `{}` recovers it", recover_command(&id)),
+        views::Supervisor::Gone => match &d.host {
+            Some(h) => format!("supervisor gone on host {h}: there, `{}` recovers it", recover_command(&id)),
+            None => format!("supervisor gone: `{}` recovers it", recover_command(&id)),
+        },
         _ => "not live".to_string(),
     };
     out(&format!(

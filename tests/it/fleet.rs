@@ -1157,4 +1157,12 @@ fn a_run_id_on_two_hosts_is_a_409_naming_them_unless_the_host_is_named() {
         assert_eq!(listed.len(), ids.len(), "{host}'s runs only");
         assert!(listed.iter().all(|r| r["host"] == host));
     }
+    // The CLI against the fleet: a HOST column, and the same run on each host.
+    let api = format!("127.0.0.1:{}", fleet.port);
+    let (code, out, err) = cli(fleet_home.path(), &["runs", "--api", &api]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("HOST "), "{out}");
+    for host in ["h1", "h2"] {
+        assert!(out.lines().any(|l| l.starts_with(&format!("{host:<4}  {run}"))), "{host}'s {run}: {out}");
+    }
 }
