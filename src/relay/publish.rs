@@ -291,8 +291,11 @@ impl RunSync {
         let covers = self.journal.map_or(0, |j| j.subject_seq);
         // Views at once when the journal moved; else (usage, idle times) every two seconds at most,
         // so a busy log's events are not held up behind them.
-        let due = journal_changed
-            || self.views_at.is_none_or(|(at, c)| c != covers || at.elapsed() >= Duration::from_secs(2));
+        // A journal with lines left for the next step (a backlog) has its views every two seconds
+        // too, not at each step's ~4 MiB (each computation reads the whole journal again).
+        let due = self.views_at.is_none_or(|(at, c)| {
+            at.elapsed() >= Duration::from_secs(2) || (!self.more && (journal_changed || c != covers))
+        });
         // The files are taken as published only once views reflecting them are: a change held
         // back by the two seconds is looked at again soon, not at the run's next change.
         self.views_pending = !due;
@@ -469,10 +472,15 @@ impl RunSync {
         &self,
         sent: Vec<(String, String, u64, jetstream::context::PublishAckFuture)>,
     ) -> Result<(), Failed> {
-        // Every acknowledgement is awaited (one failing does not make the others' views unsent).
+        // Every acknowledgement is awaited, together (an ack's time runs from when it is awaited:
+        // one after another, a server gone would take 16 waits), and one failing does not make
+        // the others' views unsent.
+        let waits = sent.into_iter().map(|(subject, hash, row_covers, ack)| async move {
+            (subject, hash, row_covers, tokio::time::timeout(fleet::ACK_WAIT, ack).await)
+        });
         let mut failed = None;
-        for (subject, hash, row_covers, ack) in sent {
-            match tokio::time::timeout(fleet::ACK_WAIT, ack).await {
+        for (subject, hash, row_covers, acked) in futures_util::future::join_all(waits).await {
+            match acked {
                 Ok(Ok(_)) => {
                     self.ctx.published.lock().unwrap_or_else(|p| p.into_inner()).insert(subject, (hash, row_covers));
                 }

@@ -12,16 +12,27 @@ use futures_util::StreamExt;
 use http_body_util::BodyExt;
 use std::sync::Arc;
 
+/// Reads (a diff, a review: git on the relay's blocking threads, which a request given up by the
+/// fleet cannot stop) answered at once: the rest wait their turn, and the home's mirroring, on the
+/// same threads, is never starved by them. Verbs are not held back.
+const READS_AT_ONCE: usize = 6;
+
 /// Answers requests on `subject` until the subscription ends.
 pub async fn serve(client: async_nats::Client, subject: String, api: Arc<Api>) -> Result<(), String> {
     let mut sub = client
         .queue_subscribe(subject.clone(), "relay".into())
         .await
         .map_err(|e| format!("cannot subscribe to {subject}: {e}"))?;
+    let reads = Arc::new(tokio::sync::Semaphore::new(READS_AT_ONCE));
     while let Some(msg) = sub.next().await {
-        let (client, api) = (client.clone(), api.clone());
+        let (client, api, reads) = (client.clone(), api.clone(), reads.clone());
         tokio::spawn(async move {
             let Some(reply) = msg.reply.clone() else { return };
+            let read = msg.headers.as_ref().and_then(|h| h.get(header::METHOD)).is_none_or(|m| m.as_str() == "GET");
+            let _turn = match read {
+                true => reads.acquire_owned().await.ok(),
+                false => None,
+            };
             let (headers, body) = answer(&client, api, msg).await;
             if let Err(e) = client.publish_with_headers(reply, headers, body).await {
                 tracing::warn!(error = %e, "a relayed answer could not be sent");

@@ -588,6 +588,10 @@ fn a_steer_retried_with_its_idempotency_key_after_a_504_is_applied_once() {
     // Its runs are not said live meanwhile (its relay's last word may be older than their end).
     assert_eq!(row["live"], false, "{row}");
     assert_eq!(row["supervisor"], "unknown", "{row}");
+    // The offline answers keep to the spec.
+    let mut spec = crate::openapi::Spec::load();
+    spec.check("GET", "/runs", &http(fleet.port, "GET", "/runs", &[], None));
+    spec.check("GET", "/runs/{runId}", &http(fleet.port, "GET", &format!("/runs/{r1}"), &[], None));
     let live = http(fleet.port, "GET", "/runs?live=true", &[], None).json();
     assert_eq!(live.as_array().map(Vec::len), Some(0), "no live run on an offline host: {live}");
     assert_eq!(fleet.get(&format!("/runs/{r1}")).json()["live"], false);

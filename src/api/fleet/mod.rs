@@ -94,7 +94,8 @@ impl Fleet {
             [] => Err(error_response(StatusCode::NOT_FOUND, format!("no host of the fleet has run {run}"))),
             [one] => Ok(one.clone()),
             many => {
-                let names: Vec<&str> = many.iter().map(|h| h.as_str()).collect();
+                let mut names: Vec<&str> = many.iter().map(|h| h.as_str()).collect();
+                names.sort_unstable();
                 Err(error_response(
                     StatusCode::CONFLICT,
                     format!(

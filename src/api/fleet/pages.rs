@@ -200,6 +200,9 @@ async fn read_from(
         let next = tokio::time::timeout_at(wait.min(super::deadline()), msgs.next()).await;
         let m = match next {
             Ok(Some(Ok(m))) => m,
+            // What was read is a page (more follows from its end): a slow stream gives smaller
+            // pages, not none.
+            Ok(Some(Err(_)) | None) | Err(_) if !out.is_empty() => return Ok((out, true)),
             Ok(Some(Err(e))) => return Err(nats_error(e)),
             Ok(None) | Err(_) => return Err(nats_error("the stream's messages stopped coming")),
         };

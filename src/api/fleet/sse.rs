@@ -45,20 +45,25 @@ fn sse_response(buffer: usize) -> (Response<Body>, mpsc::Sender<Bytes>) {
     (r, tx)
 }
 
+/// A task's state and commit, its run's status, and whether anything still runs it.
+type TaskNow = ((crate::views::TaskState, Option<String>), crate::views::RunStatus, bool);
+
 /// What the fleet says now of a task and its run: the task's state and commit, the run's status,
-/// and whether anything still runs it (its supervisor live, its host online).
+/// and whether anything still runs it (its supervisor live, its host online). `Ok(None)`: the
+/// fleet has no view of it; an error: NATS did not answer (a 503, not a "not live").
 async fn task_now(
     fleet: &Fleet,
     host: &HostName,
     run: &RunId,
     task: &TaskId,
-) -> Option<((crate::views::TaskState, Option<String>), crate::views::RunStatus, bool)> {
-    let t = fleet.view(host, run, &View::Task(task.clone())).await.ok()??;
-    let t: crate::views::TaskDetail = serde_json::from_slice(&t).ok()?;
-    let row =
-        fleet.shared.index.read().unwrap_or_else(|p| p.into_inner()).rows.get(&(host.clone(), run.clone())).cloned()?;
+) -> Result<Option<TaskNow>, Response<Body>> {
+    let Some(t) = fleet.view(host, run, &View::Task(task.clone())).await? else { return Ok(None) };
+    let Ok(t) = serde_json::from_slice::<crate::views::TaskDetail>(&t) else { return Ok(None) };
+    let index = fleet.shared.index.read().unwrap_or_else(|p| p.into_inner());
+    let Some(row) = index.rows.get(&(host.clone(), run.clone())).cloned() else { return Ok(None) };
+    drop(index);
     let live = row.row.live && fleet.seen(host).1;
-    Some(((t.facts.state, t.facts.sha.clone()), row.row.run.status, live))
+    Ok(Some(((t.facts.state, t.facts.sha.clone()), row.row.run.status, live)))
 }
 
 /// `…/stream` (`live_only`: refused with the pinned 409 unless the run is live) and `…/feed`.
@@ -74,7 +79,7 @@ pub async fn stream(
     let after = crate::api::stream::last_event_id(req.headers(), req.uri().query())?;
     if live_only {
         let live =
-            task_now(&fleet, &host, &run, &task).await.is_some_and(|(_, status, live)| live && !status.is_over());
+            task_now(&fleet, &host, &run, &task).await?.is_some_and(|(_, status, live)| live && !status.is_over());
         if !live {
             return Err(error_response(
                 StatusCode::CONFLICT,
@@ -142,7 +147,7 @@ async fn produce(
                 heartbeat.reset();
             }
             _ = look.tick(), if pending == 0 => {
-                let Some(((state, sha), status, live)) = task_now(fleet, host, run, task).await else { continue };
+                let Ok(Some(((state, sha), status, live))) = task_now(fleet, host, run, task).await else { continue };
                 let now = tokio::time::Instant::now();
                 let since = if live { None } else { Some(*silent_since.get_or_insert(now)) };
                 silent_since = since;
