@@ -717,7 +717,9 @@ fn read_lines_now(path: &std::path::Path, pos: Position) -> (Vec<(u64, u64, Vec<
         if lines.is_empty() && tail.read_offset() == before {
             break;
         }
-        bytes += lines.iter().map(|l| l.2.len()).sum::<usize>();
+        // The line at `pos` (the journal's last published, read again to check it) is not
+        // counted: one of a MiB or more would otherwise be all a read ever gives.
+        bytes += lines.iter().filter(|l| l.0 > pos.line).map(|l| l.2.len()).sum::<usize>();
         out.extend(lines);
     }
     (out, Position { line: tail.next_line(), at: tail.next_offset(), ..first })

@@ -1170,3 +1170,44 @@ fn a_run_id_on_two_hosts_is_a_409_naming_them_unless_the_host_is_named() {
         assert!(out.lines().any(|l| l.starts_with(&format!("{host:<4}  {run}"))), "{host}'s {run}: {out}");
     }
 }
+
+/// A journal line of more than a MiB (a server whose `max_payload` was raised for it) is mirrored,
+/// and so is every line after it: the relay reads past it though it reads it again each time.
+#[test]
+fn a_journal_line_of_megabytes_does_not_stop_the_lines_after_it() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("big.conf");
+    std::fs::write(&conf, "max_payload: 8388608\n").unwrap();
+    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let mut h1 = Host::new("h1", &nats.url());
+    let st = h1.b.harness("tool").arg("run").arg(h1.b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    let journal = h1.b.repo().join("runstate/done.jsonl");
+    let append = |line: String| {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&journal).unwrap();
+        f.write_all(format!("{line}\n").as_bytes()).unwrap();
+    };
+    // A record of a kind harness does not know (kept, as any reader of the journal keeps it).
+    append(serde_json::json!({ "v": 1, "kind": "note", "text": "n".repeat(3 << 20) }).to_string());
+    h1.start_relay();
+    let fleet_home = tempfile::tempdir().unwrap();
+    let fleet = fleet_api(fleet_home.path(), &nats.url(), &[]);
+    let api1 = ApiProc::start(&h1.b.home(), &[]);
+    let run = h1.b.run_id();
+    let path = format!("/runs/{run}/journal");
+    // The fleet's lines carry their host; the records and lines are the host's.
+    let same = |want: &str| {
+        wait_for(T, || {
+            let f = try_pages(fleet.port, &format!("/hosts/h1{path}")).ok()?;
+            let h = all_pages(api1.port, &path);
+            (f.replace(r#","host":"h1""#, "") == h && h.contains(want)).then_some(())
+        })
+    };
+    assert!(same("nnnn").is_some(), "the big line mirrored");
+    // The big line is now the last the relay published: what comes after it still comes.
+    append(serde_json::json!({ "v": 1, "kind": "note", "text": "after" }).to_string());
+    assert!(same("\"after\"").is_some(), "the line after the big one mirrored");
+}
