@@ -741,10 +741,7 @@ fn a_relays_credentials_publish_its_own_host_only() {
     if !available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("auth.conf");
-    std::fs::write(&conf, permissions_conf()).unwrap();
-    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let nats = Cluster::start_conf(1, &permissions_conf());
     let url = nats.url();
     let fleet_home = tempfile::tempdir().unwrap();
     let fleet = fleet_api_env(
@@ -936,10 +933,8 @@ fn a_relay_and_a_fleet_api_sign_in_with_an_nkey_or_a_creds_file() {
     let fleet_home = tempfile::tempdir().unwrap();
     // nkeys: the server knows two public keys; the relay and the fleet API hold their seeds.
     let (relay_key, fleet_key) = (nkeys::KeyPair::new_user(), nkeys::KeyPair::new_user());
-    let conf = dir.path().join("nkeys.conf");
     let users = format!("{{ nkey: {} }}, {{ nkey: {} }}", relay_key.public_key(), fleet_key.public_key());
-    std::fs::write(&conf, format!("authorization {{ users: [ {users} ] }}\n")).unwrap();
-    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let nats = Cluster::start_conf(1, &format!("authorization {{ users: [ {users} ] }}\n"));
     let seed = |k: &nkeys::KeyPair| k.seed().unwrap();
     signs_in(
         &b,
@@ -972,9 +967,7 @@ fn a_relay_and_a_fleet_api_sign_in_with_an_nkey_or_a_creds_file() {
         sys.public_key(),
         jwt(&op, &sys.public_key(), account(&unlimited)),
     );
-    let conf_path = dir.path().join("operator.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let nats = Cluster::start_with(1, &["-c", conf_path.to_str().unwrap()]);
+    let nats = Cluster::start_conf(1, &conf);
     let creds = |issuer: &nkeys::KeyPair, name: &str| {
         let user = nkeys::KeyPair::new_user();
         let claims = serde_json::json!({ "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
@@ -1064,10 +1057,7 @@ fn a_view_larger_than_the_server_takes_is_said_once_and_the_rest_is_mirrored() {
     if !available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("small.conf");
-    std::fs::write(&conf, "max_payload: 4096\n").unwrap();
-    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let nats = Cluster::start_conf(1, "max_payload: 4096\n");
     let mut h1 = Host::new("h1", &nats.url());
     let ids = install_fixture_runs(&h1.b.home());
     h1.start_relay();
@@ -1178,10 +1168,7 @@ fn a_journal_line_of_megabytes_does_not_stop_the_lines_after_it() {
     if !available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("big.conf");
-    std::fs::write(&conf, "max_payload: 8388608\n").unwrap();
-    let nats = Cluster::start_with(1, &["-c", conf.to_str().unwrap()]);
+    let nats = Cluster::start_conf(1, "max_payload: 8388608\n");
     let mut h1 = Host::new("h1", &nats.url());
     let st = h1.b.harness("tool").arg("run").arg(h1.b.plan(DONE_PLAN)).stdout(Stdio::null()).status().unwrap();
     assert!(st.success());

@@ -56,7 +56,18 @@ impl Cluster {
     }
 
     pub fn start_with(n: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_in(tempfile::tempdir().unwrap(), n, extra)
+    }
+
+    /// `n` nodes of the server configuration `conf` (its text: authorization, max_payload…).
+    pub fn start_conf(n: usize, conf: &str) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("nats.conf");
+        std::fs::write(&path, conf).unwrap();
+        Cluster::start_in(tmp, n, &["-c", path.to_str().unwrap()])
+    }
+
+    fn start_in(tmp: tempfile::TempDir, n: usize, extra: &[&str]) -> Cluster {
         let nodes: Vec<Node> = (0..n)
             .map(|i| Node {
                 name: format!("n{i}"),
