@@ -424,6 +424,7 @@ impl RunSync {
         let (views, live) =
             crate::api::blocking(move || compute_views(&api, &run, &host, stopped)).await.unwrap_or_default();
         self.live = live;
+        let max_payload = self.ctx.max_payload();
         // Each view is a subject of its own (no order between them): sent `VIEWS_AT_ONCE` at a
         // time, then their acknowledgements awaited — not a round trip each.
         let mut sent = Vec::new();
@@ -445,7 +446,6 @@ impl RunSync {
             }
             // A view the server would refuse (over its max_payload) is not sent: said once, and the
             // fleet keeps the view last published (the run's other views go on).
-            let max_payload = self.ctx.max_payload();
             if json.len() + 1024 > max_payload {
                 if self.too_big.insert(subject.clone()) {
                     tracing::error!(RUN_ID = %self.run, subject, bytes = json.len(), max_payload,

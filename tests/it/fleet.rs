@@ -144,6 +144,11 @@ fn try_pages(port: u16, path: &str) -> Result<String, Resp> {
     }
 }
 
+/// Host h1's journal lines as the fleet gives them, without the `host` each carries: the host's own.
+fn as_host_wrote(fleet_lines: &str) -> String {
+    fleet_lines.replace(r#","host":"h1""#, "")
+}
+
 /// Waits until the fleet's `path` pages equal the host's, byte for byte.
 fn wait_equal(fleet: u16, host: u16, fleet_path: &str, host_path: &str) -> String {
     let mut last = (String::new(), String::new());
@@ -481,7 +486,7 @@ fn a_fleet_survives_a_lost_node_a_relay_killed_twenty_times_and_nats_down_for_th
     let same_journal = wait_for(T, || {
         let f = try_pages(fleet.port, &journal).unwrap_or_default();
         // The fleet's lines carry their host; the records and lines are the host's.
-        (f.replace(r#","host":"h1""#, "") == host_journal).then_some(())
+        (as_host_wrote(&f) == host_journal).then_some(())
     });
     assert!(
         same_journal.is_some(),
@@ -1185,12 +1190,11 @@ fn a_journal_line_of_megabytes_does_not_stop_the_lines_after_it() {
     let api1 = ApiProc::start(&h1.b.home(), &[]);
     let run = h1.b.run_id();
     let path = format!("/runs/{run}/journal");
-    // The fleet's lines carry their host; the records and lines are the host's.
     let same = |want: &str| {
         wait_for(T, || {
             let f = try_pages(fleet.port, &format!("/hosts/h1{path}")).ok()?;
             let h = all_pages(api1.port, &path);
-            (f.replace(r#","host":"h1""#, "") == h && h.contains(want)).then_some(())
+            (as_host_wrote(&f) == h && h.contains(want)).then_some(())
         })
     };
     assert!(same("nnnn").is_some(), "the big line mirrored");
