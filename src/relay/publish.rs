@@ -277,6 +277,8 @@ impl RunSync {
                             src,
                             at: None,
                             times: None,
+                            ino: None,
+                            stopped: false,
                         };
                         self.tasks.insert(t, p);
                     }
@@ -556,12 +558,20 @@ struct TaskPub {
     at: Option<EventsAt>,
     /// The log's line times (`LOG.times`), read on as the log grows.
     times: Option<crate::os::stamp::Times>,
+    /// The log file's inode as last read.
+    ino: Option<u64>,
+    /// The log under the task's name is not the one mirrored (replaced or cut under its name): its
+    /// events are not published further (never another file's lines under the same seqs).
+    stopped: bool,
 }
 
 impl TaskPub {
     /// The task's log published from where its subject stands, `READS_PER_STEP` reads at most:
     /// whether lines may be left.
     async fn sync(&mut self) -> Result<bool, Failed> {
+        if self.stopped {
+            return Ok(false);
+        }
         let subject = fleet::events_subject(&self.ctx.host, &self.run, &self.task);
         let mut at = match self.at.clone() {
             Some(a) => a,
@@ -578,7 +588,18 @@ impl TaskPub {
         };
         self.at = Some(at.clone());
         for _ in 0..READS_PER_STEP {
-            let (lines, next, stamps) = self.read_stamped(at.next).await?;
+            let (lines, next, stamps, file) = self.read_stamped(at.next).await?;
+            // Another file under the log's name, one shorter than what was mirrored, or one whose
+            // byte before the next line is not a line's end: that log is not followed further.
+            if let Some(f) = file {
+                if self.ino.is_some_and(|i| i != f.ino) || f.len < at.next.at || !f.line_start {
+                    tracing::error!(RUN_ID = %self.run, TASK = %self.task, line = at.pos.line,
+                        "the task's log is not the one the fleet mirrors (replaced or cut under its name?): its events are not published further");
+                    self.stopped = true;
+                    return Ok(false);
+                }
+                self.ino = Some(f.ino);
+            }
             if lines.is_empty() {
                 return Ok(false);
             }
@@ -594,10 +615,11 @@ impl TaskPub {
     /// from the first line when there is none yet).
     async fn read_stamped(&mut self, pos: Position) -> Result<Stamped, Failed> {
         let (log, held) = (self.src.logfile.clone(), self.times.take());
-        let (lines, next, times, stamps) = tokio::task::spawn_blocking(move || {
+        let (lines, next, times, stamps, file) = tokio::task::spawn_blocking(move || {
+            let file = log_file(&log, pos.at);
             let (lines, next) = read_lines_now(&log, pos);
             if lines.is_empty() {
-                return (lines, next, held, Vec::new());
+                return (lines, next, held, Vec::new(), file);
             }
             let mut times = match held {
                 Some(mut t) => {
@@ -607,12 +629,12 @@ impl TaskPub {
                 None => crate::os::stamp::Times::from_line(&log, lines[0].0),
             };
             let stamps: Vec<Option<String>> = lines.iter().map(|(l, _, _)| times.at(*l)).collect();
-            (lines, next, Some(times), stamps)
+            (lines, next, Some(times), stamps, file)
         })
         .await
         .map_err(|e| Failed::Nats(e.to_string()))?;
         self.times = times;
-        Ok((lines, next, stamps))
+        Ok((lines, next, stamps, file))
     }
 
     /// The events of `lines` (their times `stamps`) past the last published, each over the
@@ -701,8 +723,27 @@ async fn read_lines(path: PathBuf, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, 
     tokio::task::spawn_blocking(move || read_lines_now(&path, pos)).await.unwrap_or((Vec::new(), pos))
 }
 
-/// Lines read, with where the line after them starts, and their times (`TaskPub::read_stamped`).
-type Stamped = (Vec<(u64, u64, Vec<u8>)>, Position, Vec<Option<String>>);
+/// Lines read, with where the line after them starts, their times, and what the file was
+/// (`TaskPub::read_stamped`).
+type Stamped = (Vec<(u64, u64, Vec<u8>)>, Position, Vec<Option<String>>, Option<LogFile>);
+
+/// A log file as a read found it: its inode, its length, and whether `at` starts a line there.
+#[derive(Debug, Clone, Copy)]
+struct LogFile {
+    ino: u64,
+    len: u64,
+    line_start: bool,
+}
+
+/// `path` as it is now, `at` the offset the next read starts at (`None`: no such file yet).
+fn log_file(path: &std::path::Path, at: u64) -> Option<LogFile> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let f = std::fs::File::open(path).ok()?;
+    let m = f.metadata().ok()?;
+    let mut b = [0u8; 1];
+    let line_start = at == 0 || at > m.len() || (f.read_at(&mut b, at - 1).ok() == Some(1) && b[0] == b'\n');
+    Some(LogFile { ino: m.ino(), len: m.len(), line_start })
+}
 
 /// `read_lines`, on this thread.
 fn read_lines_now(path: &std::path::Path, pos: Position) -> (Vec<(u64, u64, Vec<u8>)>, Position) {

@@ -1117,6 +1117,27 @@ fn a_task_log_of_megabytes_is_mirrored_whole() {
     let events = format!("/runs/{run}/tasks/A/events");
     let same = wait_equal(fleet.port, api1.port, &format!("/hosts/h1{events}"), &events);
     assert!(same.lines().count() > 8000, "every line's events");
+    // The log replaced under its name (as logrotate would), and written on: its lines are not
+    // mirrored under the old file's seqs; the relay says so, restarted too.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let short: String = text.lines().take(5).map(|l| format!("{l}\n")).collect();
+    let tmp = log.with_extension("log.new");
+    std::fs::write(&tmp, short).unwrap();
+    std::fs::rename(&tmp, &log).unwrap();
+    append(&log, 0, 3);
+    for restarted in [false, true] {
+        if restarted {
+            h1.kill_relay();
+            std::fs::write(h1.relay_log(), "").unwrap();
+            h1.start_relay();
+        }
+        wait_for(T, || {
+            let said = std::fs::read_to_string(h1.relay_log()).unwrap_or_default();
+            said.contains("the task's log is not the one the fleet mirrors").then_some(())
+        })
+        .unwrap_or_else(|| panic!("the relay says so: {}", std::fs::read_to_string(h1.relay_log()).unwrap()));
+        assert_eq!(all_pages(fleet.port, &format!("/hosts/h1{events}")), same, "nothing of the new file mirrored");
+    }
 }
 
 /// The same run id on two hosts (a home copied, or fixtures installed twice): `/runs/:runId/…` is a
